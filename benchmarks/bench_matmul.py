@@ -1,0 +1,123 @@
+"""Throughput of pygpukit matmul_tf32 against torch.matmul (cuBLAS) in FP32 and
+TF32, measured in the same run.
+
+Timing: torch.utils.benchmark.Timer.blocked_autorange (median of CUDA-synced
+blocks after warm-up); each call takes the next of several input sets whose
+total size exceeds the L2 cache, so small shapes are not timed out of L2.
+TFLOP/s = 2·M·N·K / median time. Accuracy: ‖out − ref‖/‖ref‖ against the
+float64 product of the same inputs.
+
+    python benchmarks/bench_matmul.py [--quick] [--markdown OUT.md]
+"""
+
+import argparse
+import contextlib
+import datetime
+import itertools
+import math
+
+import torch
+import torch.utils.benchmark as benchmark
+
+import pygpukit_torch
+
+L2_BYTES = 60 * 2 ** 20  # H200; inputs rotate over > 3x this
+
+SHAPES = (
+    [("square", n, n, n, "nn") for n in (1024, 2048, 4096, 8192)]
+    + [("llm", 8192, 4096, 4096, "nn"), ("llm", 8192, 14336, 4096, "nn"), ("llm", 8192, 4096, 14336, "nn")]
+    + [("odd", 4095, 4097, 4099, "nn")]
+    + [("decode", m, 4096, 4096, "nn") for m in (1, 16, 128)]
+    + [("layout", 4096, 4096, 4096, lay) for lay in ("nt", "tn", "tt")]
+)
+QUICK = [s for s in SHAPES if s[1] in (1, 128, 4096) or s[0] == "odd"]
+
+
+@contextlib.contextmanager
+def cublas_tf32(enabled: bool):
+    mm = torch.backends.cuda.matmul
+    if hasattr(mm, "fp32_precision"):
+        old, mm.fp32_precision = mm.fp32_precision, "tf32" if enabled else "ieee"
+    else:
+        old, mm.allow_tf32 = mm.allow_tf32, enabled
+    try:
+        yield
+    finally:
+        if hasattr(mm, "fp32_precision"):
+            mm.fp32_precision = old
+        else:
+            mm.allow_tf32 = old
+
+
+def make_inputs(m, n, k, layout, count):
+    def one(rows, cols, transposed):
+        return torch.randn(cols, rows, device="cuda").t() if transposed else torch.randn(rows, cols, device="cuda")
+    return [(one(m, k, layout[0] == "t"), one(k, n, layout[1] == "t")) for _ in range(count)]
+
+
+def time_fn(fn, sets, label, sub_label, description):
+    cycle = itertools.cycle(sets)
+
+    def step():
+        a, b = next(cycle)
+        fn(a, b)
+
+    t = benchmark.Timer(stmt="step()", globals={"step": step}, label=label, sub_label=sub_label,
+                        description=description)
+    return t.blocked_autorange(min_run_time=1.0)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a subset of the shapes")
+    parser.add_argument("--markdown", help="append the results table to this file")
+    args = parser.parse_args()
+
+    gpu = torch.cuda.get_device_name()
+    header = (f"{datetime.date.today()} · {gpu} · torch {torch.__version__} · CUDA {torch.version.cuda}")
+    print(header)
+    variants = {
+        "pygpukit tf32": (lambda a, b: pygpukit_torch.matmul_tf32(a, b), None),
+        "cuBLAS tf32": (torch.matmul, True),
+        "cuBLAS fp32": (torch.matmul, False),
+    }
+    results, rows = [], []
+    for kind, m, n, k, layout in (QUICK if args.quick else SHAPES):
+        bytes_per_set = 4 * (m * k + k * n)
+        sets = make_inputs(m, n, k, layout, max(1, math.ceil(3 * L2_BYTES / bytes_per_set)))
+        a0, b0 = sets[0]
+        ref = torch.matmul(a0.double(), b0.double())
+        sub = f"{kind} {m}x{n}x{k} {layout}"
+        row = {"shape": sub}
+        for name, (fn, tf32) in variants.items():
+            with cublas_tf32(bool(tf32)) if tf32 is not None else contextlib.nullcontext():
+                err = float((fn(a0, b0).double() - ref).norm() / ref.norm())
+                r = time_fn(fn, sets, "matmul TFLOP/s", sub, name)
+            results.append(r)
+            row[name] = (2 * m * n * k / r.median / 1e12, err, r.median * 1e6)
+        info = pygpukit_torch.kernel_info(a0, b0)
+        rows.append((row, info))
+        ours, tf, fp = row["pygpukit tf32"], row["cuBLAS tf32"], row["cuBLAS fp32"]
+        print(f"{sub:32s} ours {ours[0]:7.1f} TFLOP/s ({ours[2]:8.1f} us, err {ours[1]:.2e})  "
+              f"cuBLAS tf32 {tf[0]:7.1f} (err {tf[1]:.2e})  fp32 {fp[0]:6.1f}  "
+              f"ratio vs tf32 {ours[0] / tf[0]:.2f}  [{info}]", flush=True)
+        del sets, ref
+
+    benchmark.Compare(results).print()
+    lines = [f"### {header}", "",
+             "| shape (M×N×K, layout) | pygpukit TF32 TFLOP/s | cuBLAS TF32 | cuBLAS FP32 | ours / cuBLAS TF32 "
+             "| ours / cuBLAS FP32 | rel. err ours | rel. err cuBLAS TF32 | kernel |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for row, info in rows:
+        o, t, f = row["pygpukit tf32"], row["cuBLAS tf32"], row["cuBLAS fp32"]
+        lines.append(f"| {row['shape']} | {o[0]:.1f} | {t[0]:.1f} | {f[0]:.1f} | {o[0] / t[0]:.2f} | "
+                     f"{o[0] / f[0]:.2f} | {o[1]:.2e} | {t[1]:.2e} | {info} |")
+    table = "\n".join(lines) + "\n"
+    print(table)
+    if args.markdown:
+        with open(args.markdown, "a") as fh:
+            fh.write(table + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+// Torch-free description of one (batched) GEMM, C = epilogue(A @ B), and the
+// launcher that runs it. Everything the kernels need is here as raw pointers,
+// sizes and strides, so the kernels can be tested and benchmarked without
+// torch, and the ATen adapter (matmul_tf32_cuda.cpp) is the only file that
+// knows about at::Tensor.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <cuda_runtime.h>
+
+#include "../gemm_types.h"
+
+namespace pygpukit {
+
+struct Epilogue {
+  const float* bias = nullptr;  // [N], added to every row; nullptr for none
+  Activation activation = Activation::kNone;
+};
+
+// C[b] = epilogue(A[b] @ B[b]) for b in [0, batch). Sizes and strides are in
+// elements (float32), 64-bit. C is row-major with leading dimension ldc.
+// A batch stride of 0 broadcasts that operand over the batch.
+struct GemmProblem {
+  int64_t M = 0, N = 0, K = 0, batch = 1;
+  const float* A = nullptr;
+  int64_t lda = 0, batch_stride_a = 0;
+  Layout layout_a = Layout::kRowMajor;
+  const float* B = nullptr;
+  int64_t ldb = 0, batch_stride_b = 0;
+  Layout layout_b = Layout::kRowMajor;
+  float* C = nullptr;
+  int64_t ldc = 0, batch_stride_c = 0;
+  Epilogue epilogue;
+};
+
+// Runs `problem` on the current device, on `stream`, with no host
+// synchronization and no allocation. Requires M, N, K >= 1 and batch >= 1.
+// Returns the launch's cudaError_t (cudaSuccess when launched).
+cudaError_t run_gemm(const GemmProblem& problem, Precision precision,
+                     cudaStream_t stream);
+
+// A short human-readable name of the kernel and tile configuration that
+// run_gemm would pick for `problem` on the current device, e.g.
+// "mma_sync 128x128x32 s4 (A row-major, B row-major, 16B loads)".
+std::string describe_gemm(const GemmProblem& problem, Precision precision);
+
+}  // namespace pygpukit

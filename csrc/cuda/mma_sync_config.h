@@ -1,0 +1,68 @@
+// Tile configurations of the mma.sync TF32 kernel and the declaration of its
+// launcher. The kernel template is defined in mma_sync_gemm.cuh and
+// instantiated once per operand layout in mma_sync_gemm_<a><b>.cu, so the
+// dispatcher includes only this light header.
+#pragma once
+
+#include "gemm_problem.h"
+
+namespace pygpukit {
+
+// Threadblock tile BM x BN x BK, warp tile WM x WN, kStages-deep cp.async
+// pipeline. Threads = (BM / WM) * (BN / WN) warps of 32.
+template <int BM_, int BN_, int BK_, int WM_, int WN_, int kStages_>
+struct MmaSyncConfig {
+  static constexpr int BM = BM_, BN = BN_, BK = BK_;
+  static constexpr int WM = WM_, WN = WN_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kWarpsM = BM / WM, kWarpsN = BN / WN;
+  static constexpr int kThreads = kWarpsM * kWarpsN * 32;
+  static constexpr int kMmaM = WM / 16, kMmaN = WN / 8;  // m16n8k8 tiles per warp
+  static_assert(BM % WM == 0 && BN % WN == 0, "warp tiles must cover the threadblock tile");
+  static_assert(WM % 16 == 0 && WN % 16 == 0 && BK % 8 == 0, "tile sizes must fit m16n8k8");
+  static_assert(kStages >= 2, "the pipeline needs at least two stages");
+};
+
+// 128x128x32, 8 warps of 64x32, 4 stages: ~144 KB of shared memory, for
+// sm_80 / sm_90 class GPUs (163 / 227 KB per block) on large problems.
+using MmaSyncLarge = MmaSyncConfig<128, 128, 32, 64, 32, 4>;
+// 64x64x32, 4 warps of 32x32, 4 stages: ~72 KB, fits the 99 KB of sm_86 /
+// sm_89 and gives 4x more threadblocks on problems too small to fill the GPU.
+using MmaSyncSmall = MmaSyncConfig<64, 64, 32, 32, 32, 4>;
+
+// kVec16: both operands are read with 16-byte cp.async (base pointers 16-byte
+// aligned, leading dimensions and batch strides multiples of 4 elements);
+// otherwise with 4-byte cp.async.
+template <class Config, Layout kLayoutA, Layout kLayoutB, bool kVec16>
+cudaError_t launch_mma_sync_gemm(const GemmProblem& problem, cudaStream_t stream);
+
+// One stage of one operand in shared memory: a kRows x kCols tile whose rows
+// are contiguous in global memory, stored with a padded row stride.
+//   K-major operand (row-major A, column-major B): kRows = BM or BN, kCols =
+//     BK; stride BK + 4 words puts the 8 rows of an ldmatrix 8x16-byte block
+//     in 8 different 4-bank groups (36r mod 32 = 4r), so it is conflict-free.
+//   MN-major operand: kRows = BK, kCols = BM or BN; stride kCols + 8 makes the
+//     scalar fragment loads, (k = t, mn = g) for g < 8, t < 4, hit bank
+//     8t + g: 32 different banks.
+// 16-byte cp.async stores of 8 consecutive chunks of a row are conflict-free
+// with either stride.
+template <int kMN, int kBK, bool kKMajor>
+struct SmemTile {
+  static constexpr int kRows = kKMajor ? kMN : kBK;
+  static constexpr int kCols = kKMajor ? kBK : kMN;
+  static constexpr int kStride = kCols + (kKMajor ? 4 : 8);
+  static constexpr int kFloats = kRows * kStride;
+};
+
+template <class Config>
+constexpr int mma_sync_smem_bytes(Layout layout_a, Layout layout_b) {
+  const int a = layout_a == Layout::kRowMajor
+                    ? SmemTile<Config::BM, Config::BK, true>::kFloats
+                    : SmemTile<Config::BM, Config::BK, false>::kFloats;
+  const int b = layout_b == Layout::kColMajor
+                    ? SmemTile<Config::BN, Config::BK, true>::kFloats
+                    : SmemTile<Config::BN, Config::BK, false>::kFloats;
+  return Config::kStages * (a + b) * static_cast<int>(sizeof(float));
+}
+
+}  // namespace pygpukit

@@ -1,0 +1,22 @@
+// Enumerations shared by the operator layer (CPU and CUDA) and the kernels.
+// Free of torch and CUDA headers, so a CPU-only build can use it too.
+#pragma once
+
+namespace pygpukit {
+
+// Storage order of a matrix operand. For A[M, K]: row-major is K-major
+// (element (m, k) at m * lda + k), column-major is M-major ((m, k) at
+// k * lda + m). For B[K, N]: row-major is N-major, column-major is K-major
+// (how nn.Linear stores its weight[N, K]).
+enum class Layout : int { kRowMajor = 0, kColMajor = 1 };
+
+// Elementwise function applied in registers before the single store of C.
+enum class Activation : int { kNone = 0, kRelu, kGelu, kGeluTanh, kSilu };
+
+// What a GEMM computes with.
+//   kTF32: inputs rounded to TF32 (10 explicit mantissa bits, round to
+//          nearest), products accumulated in FP32 (GPU) or better (CPU).
+//   kIEEE: plain FP32 inputs and FP32 fused multiply-adds; no tensor cores.
+enum class Precision : int { kTF32 = 0, kIEEE = 1 };
+
+}  // namespace pygpukit

@@ -1,0 +1,64 @@
+#include "matmul_args.h"
+
+#include <cstdlib>
+#include <string>
+
+#include <c10/util/Exception.h>
+
+namespace pygpukit {
+
+MatmulShapes check_matmul_args(const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(a.dim() >= 1 && b.dim() >= 1,
+              "matmul_tf32: both arguments need at least 1 dimension, got a.dim() = ", a.dim(),
+              " and b.dim() = ", b.dim());
+  TORCH_CHECK(a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat,
+              "matmul_tf32: expected float32 tensors, got a of dtype ", a.scalar_type(),
+              " and b of dtype ", b.scalar_type());
+  TORCH_CHECK(a.layout() == at::kStrided && b.layout() == at::kStrided,
+              "matmul_tf32: expected dense (strided) tensors, got a with layout ", a.layout(),
+              " and b with layout ", b.layout());
+  TORCH_CHECK(a.device() == b.device(), "matmul_tf32: expected a and b on the same device, got a on ",
+              a.device(), " and b on ", b.device());
+
+  MatmulShapes s;
+  s.K = a.size(-1);
+  const int64_t b_k = b.dim() == 1 ? b.size(0) : b.size(-2);
+  TORCH_CHECK(s.K == b_k, "matmul_tf32: shapes cannot be multiplied: a has shape ", a.sizes(),
+              " and b has shape ", b.sizes(), " (a.size(-1) = ", s.K, " but b.size(",
+              b.dim() == 1 ? "0" : "-2", ") = ", b_k, ")");
+  s.M = a.dim() >= 2 ? a.size(-2) : 1;
+  s.N = b.dim() >= 2 ? b.size(-1) : 1;
+
+  // Broadcast the batch dimensions, aligned from the right.
+  const int64_t a_batch = std::max<int64_t>(a.dim() - 2, 0);
+  const int64_t b_batch = std::max<int64_t>(b.dim() - 2, 0);
+  const int64_t n_batch = std::max(a_batch, b_batch);
+  s.batch.assign(n_batch, 1);
+  for (int64_t i = 0; i < n_batch; ++i) {
+    const int64_t ai = i - (n_batch - a_batch), bi = i - (n_batch - b_batch);
+    const int64_t as = ai >= 0 ? a.size(ai) : 1, bs = bi >= 0 ? b.size(bi) : 1;
+    TORCH_CHECK(as == bs || as == 1 || bs == 1,
+                "matmul_tf32: batch dimensions cannot be broadcast: a has shape ", a.sizes(),
+                " and b has shape ", b.sizes(), " (", as, " vs ", bs, " at batch dimension ", i,
+                ")");
+    s.batch[i] = as == 1 ? bs : as;
+  }
+  s.out = s.batch;
+  if (a.dim() >= 2) s.out.push_back(s.M);
+  if (b.dim() >= 2) s.out.push_back(s.N);
+  return s;
+}
+
+Precision parse_precision(std::optional<c10::string_view> precision) {
+  if (!precision.has_value()) {
+    const char* env = std::getenv("PYGPUKIT_ALLOW_TF32");
+    const std::string v = env ? env : "";
+    return (v == "0" || v == "false" || v == "False") ? Precision::kIEEE : Precision::kTF32;
+  }
+  if (*precision == "tf32") return Precision::kTF32;
+  if (*precision == "ieee") return Precision::kIEEE;
+  TORCH_CHECK_VALUE(false, "matmul_tf32: precision must be 'tf32', 'ieee' or None, got '",
+                    std::string(precision->data(), precision->size()), "'");
+}
+
+}  // namespace pygpukit

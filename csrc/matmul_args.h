@@ -1,0 +1,34 @@
+// Argument checking shared by every backend of pygpukit::matmul_tf32: the
+// shape rules of torch.matmul for float32 operands, and the precision switch.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/string_view.h>
+
+#include "gemm_types.h"
+
+namespace pygpukit {
+
+// Shapes of a @ b under torch.matmul's rules: a 1-D a is a row vector [1, K]
+// and a 1-D b a column vector [K, 1] (that dimension is dropped from the
+// output), and the batch dimensions (all but the last two) broadcast.
+struct MatmulShapes {
+  std::vector<int64_t> batch;  // broadcast batch shape
+  int64_t M = 1, N = 1, K = 0;
+  std::vector<int64_t> out;  // sizes of the (contiguous) result
+};
+
+// Throws c10::Error (RuntimeError in Python) naming the problem: a 0-D
+// operand, a dtype other than float32, a non-strided layout, operands on
+// different devices, or shapes that cannot be multiplied or broadcast.
+MatmulShapes check_matmul_args(const at::Tensor& a, const at::Tensor& b);
+
+// "tf32" or "ieee"; None reads the environment: PYGPUKIT_ALLOW_TF32=0 (or
+// "false") selects "ieee", anything else "tf32". Throws ValueError otherwise.
+Precision parse_precision(std::optional<c10::string_view> precision);
+
+}  // namespace pygpukit

@@ -1,0 +1,12 @@
+"""pygpukit_torch: a TF32 tensor-core matmul for PyTorch.
+
+``torch.ops.pygpukit.matmul_tf32(a, b)`` (or :func:`matmul_tf32`) multiplies
+float32 tensors with torch.matmul's shape rules on our own mma.sync TF32 GEMM
+kernels (CUDA, sm_80+), or emulates the same arithmetic on the CPU.
+"""
+
+from . import _C  # noqa: F401  (loads the library: registers pygpukit::* ops)
+from .ops import kernel_info, matmul_tf32
+
+__all__ = ["matmul_tf32", "kernel_info"]
+__version__ = "0.1.0"

@@ -1,0 +1,42 @@
+"""Build of pygpukit-torch: one extension module, pygpukit_torch._C.
+
+Build knobs (environment variables):
+  TORCH_CUDA_ARCH_LIST   GPU targets, the one place they are set. Default
+                         "8.0;8.6;8.9;9.0a;8.0+PTX": sm_80/86/89 machine code,
+                         sm_90a (Hopper; its "a" features are the Hopper path's),
+                         and compute_80 PTX that newer GPUs JIT-compile.
+  PYGPUKIT_BUILD_CUDA    "1" builds the CUDA kernels (fails without nvcc), "0" a
+                         CPU-only extension; default: CUDA when nvcc is found.
+  MAX_JOBS               parallel compile jobs for ninja (torch's own knob).
+  PYGPUKIT_PTXAS_VERBOSE "1" prints registers, shared memory and spills per kernel.
+"""
+
+import glob
+import os
+
+from setuptools import setup
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+
+DEFAULT_ARCHS = "8.0;8.6;8.9;9.0a;8.0+PTX"
+
+build_cuda = os.environ.get("PYGPUKIT_BUILD_CUDA", "1" if CUDA_HOME else "0") == "1"
+os.environ.setdefault("TORCH_CUDA_ARCH_LIST", DEFAULT_ARCHS)
+
+cxx_flags = ["-O3"]  # the C++ standard is the one torch.utils.cpp_extension picks for this torch
+sources = ["csrc/module.cpp", "csrc/matmul_args.cpp", "csrc/matmul_tf32.cpp"]
+
+if build_cuda:
+    nvcc_flags = ["-O3", "-lineinfo", "--expt-relaxed-constexpr"]
+    if os.environ.get("PYGPUKIT_PTXAS_VERBOSE") == "1":
+        nvcc_flags.append("-Xptxas=-v")
+    sources += sorted(glob.glob("csrc/cuda/*.cpp")) + sorted(glob.glob("csrc/cuda/*.cu"))
+    ext = CUDAExtension(
+        "pygpukit_torch._C",
+        sources,
+        extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
+    )
+else:
+    ext = CppExtension("pygpukit_torch._C", sources, extra_compile_args={"cxx": cxx_flags})
+
+# Name, version and dependencies live in pyproject.toml.
+setup(ext_modules=[ext], cmdclass={"build_ext": BuildExtension})

@@ -1,0 +1,61 @@
+"""Shared helpers: devices to run on, the accuracy bounds, poisoned outputs."""
+
+import math
+
+import pytest
+import torch
+
+import pygpukit_torch  # noqa: F401  (registers the ops)
+
+HAS_CUDA = torch.cuda.is_available()
+requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+requires_two_gpus = pytest.mark.skipif(not HAS_CUDA or torch.cuda.device_count() < 2,
+                                       reason="needs two CUDA GPUs")
+DEVICES = ["cpu", pytest.param("cuda", marks=requires_cuda)]
+
+
+def matmul_reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Exact-enough reference: the float64 product of the same inputs."""
+    return torch.matmul(a.double(), b.double())
+
+
+def error_bound(a: torch.Tensor, b: torch.Tensor, precision: str = "tf32") -> torch.Tensor:
+    """Elementwise bound on |out - ref| that any correct kernel meets.
+
+    tf32: each input rounded to nearest at 10 mantissa bits contributes at
+    most 2^-11 relative error, so a product at most 2^-10 (+ tiny), and FP32
+    accumulation over K adds at most about K·2^-24 per term; the issue's
+    bound (2^-10 + (K+16)·2^-22)·(|a| @ |b|) leaves a 4x margin on the latter.
+    ieee: the same without the input rounding term.
+    """
+    k = a.shape[-1]
+    rel = (k + 16) * 2.0 ** -22 + (2.0 ** -10 if precision == "tf32" else 0.0)
+    return rel * torch.matmul(a.double().abs(), b.double().abs())
+
+
+def poison_next_output(shape, device) -> None:
+    """Fill with NaN the block the caching allocator hands out next for a
+    float32 tensor of `shape`, so that unwritten output elements show up."""
+    if device != "cuda" or math.prod(shape) == 0:
+        return
+    torch.full(shape, float("nan"), device=device)  # freed at once, block reused next
+
+
+def assert_matmul_close(out, a, b, precision: str = "tf32") -> None:
+    ref = matmul_reference(a, b)
+    assert out.shape == ref.shape, (out.shape, ref.shape)
+    assert out.dtype == torch.float32
+    assert out.is_contiguous()
+    if ref.numel() == 0:
+        return
+    assert not out.isnan().any(), "NaN in output: an element was not written"
+    err = (out.double() - ref).abs()
+    bound = error_bound(a, b, precision)
+    bad = err > bound
+    assert not bad.any(), (
+        f"{int(bad.sum())} of {bad.numel()} elements exceed the bound; worst excess "
+        f"{float((err - bound).max()):.3g}, max err {float(err.max()):.3g}")
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.double() - ref).norm() / ref.norm())

@@ -1,0 +1,124 @@
+"""Autograd formulas, torch.library.opcheck, torch.compile and the
+precision switch of pygpukit::matmul_tf32."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from pygpukit_torch import matmul_tf32
+from conftest import DEVICES, HAS_CUDA, rel_error, requires_cuda
+
+SHAPE_PAIRS = [((5,), (5,)), ((5,), (5, 3)), ((4, 5), (5,)), ((4, 5), (5, 3)), ((3, 4, 5), (5, 6)),
+               ((4, 5), (3, 5, 6)), ((2, 1, 4, 5), (3, 5, 6)), ((3, 4, 5), (5,))]
+
+
+def sample_inputs(device, requires_grad):
+    for a_shape, b_shape in SHAPE_PAIRS:
+        yield (torch.randn(a_shape, device=device, requires_grad=requires_grad),
+               torch.randn(b_shape, device=device, requires_grad=requires_grad))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradients_match_torch_matmul(device):
+    for a, b in sample_inputs(device, requires_grad=True):
+        out = matmul_tf32(a, b)
+        grad = torch.randn_like(out)
+        ga, gb = torch.autograd.grad(out, (a, b), grad)
+        ra, rb = torch.autograd.grad(torch.matmul(a.double(), b.double()), (a, b), grad.double())
+        assert ga.shape == a.shape and gb.shape == b.shape
+        # Each gradient is itself a TF32 product: ~3e-4 relative error expected.
+        assert rel_error(ga, ra) < 2e-3 and rel_error(gb, rb) < 2e-3
+
+
+def test_gradcheck_ieee_cpu():
+    # precision="ieee" on the CPU is an FP32-rounded float64 product: a smooth
+    # bilinear function, so finite differences with eps 1e-2 agree closely.
+    for a, b in sample_inputs("cpu", requires_grad=True):
+        assert torch.autograd.gradcheck(lambda x, y: matmul_tf32(x, y, precision="ieee"), (a, b),
+                                        eps=1e-2, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_only_needed_gradients(device):
+    a = torch.randn(4, 5, device=device, requires_grad=True)
+    b = torch.randn(5, 3, device=device)
+    out = matmul_tf32(a, b)
+    (ga,) = torch.autograd.grad(out.sum(), (a,))
+    assert ga.shape == a.shape
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_opcheck(device, requires_grad):
+    for a, b in sample_inputs(device, requires_grad):
+        torch.library.opcheck(torch.ops.pygpukit.matmul_tf32.default, (a, b))
+        torch.library.opcheck(torch.ops.pygpukit.matmul_tf32.default, (a, b), {"precision": "ieee"})
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_fullgraph(device):
+    def f(x, w, v):
+        return torch.relu(matmul_tf32(x, w)).sum(-1) + matmul_tf32(x, v)
+
+    # Inductor needs a C++ toolchain per graph on the CPU; aot_eager still traces
+    # the op through its fake implementation with fullgraph=True.
+    backend = "inductor" if device == "cuda" else "aot_eager"
+    compiled = torch.compile(f, fullgraph=True, backend=backend)
+    x, w, v = (torch.randn(8, 16, device=device, requires_grad=True), torch.randn(16, 32, device=device),
+               torch.randn(16, device=device))
+    out = compiled(x, w, v)
+    torch.testing.assert_close(out, f(x, w, v), atol=1e-4, rtol=1e-4)
+    out.sum().backward()
+    assert x.grad is not None and x.grad.shape == x.shape
+
+
+@requires_cuda
+def test_torch_compile_reduce_overhead():
+    model = torch.nn.Linear(64, 64).cuda()
+
+    def f(x):
+        return matmul_tf32(model(x), model.weight)
+
+    compiled = torch.compile(f, mode="reduce-overhead", fullgraph=True)
+    for _ in range(3):
+        x = torch.randn(32, 64, device="cuda")
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), f(x), atol=1e-4, rtol=1e-4)
+
+
+def _run_python(code, env_extra):
+    env = dict(os.environ, **env_extra)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_env_switch_and_torch_fp32_precision_setting(device):
+    # The op ignores PyTorch's TF32 settings: setting the newer
+    # fp32_precision API first (which makes the legacy getters raise) must
+    # not matter, and PYGPUKIT_ALLOW_TF32=0 must select exact FP32.
+    code = f"""
+import torch, pygpukit_torch
+mm = torch.backends.cuda.matmul
+if hasattr(mm, "fp32_precision"):
+    mm.fp32_precision = "ieee"
+    torch.backends.fp32_precision = "ieee"
+x = torch.eye(64, device="{device}") * (1 + 2**-11 + 2**-12)
+out = pygpukit_torch.matmul_tf32(x, torch.eye(64, device="{device}"))
+print(float(out[0, 0]) - 1)
+"""
+    tf32 = _run_python(code, {"PYGPUKIT_ALLOW_TF32": "1"})
+    ieee = _run_python(code, {"PYGPUKIT_ALLOW_TF32": "0"})
+    assert tf32.returncode == 0, tf32.stderr
+    assert ieee.returncode == 0, ieee.stderr
+    assert float(tf32.stdout) == 2 ** -10
+    assert float(ieee.stdout) == 2 ** -11 + 2 ** -12
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+def test_kernel_info_names_a_kernel():
+    a, b = torch.randn(4096, 4096, device="cuda"), torch.randn(4096, 4096, device="cuda")
+    assert torch.ops.pygpukit.matmul_kernel_info(a, b).startswith("mma_sync")
+    assert torch.ops.pygpukit.matmul_kernel_info(a, b, precision="ieee").startswith("fma")

@@ -1,0 +1,77 @@
+"""Bad input gets a clear error naming the problem."""
+
+import pytest
+import torch
+
+from pygpukit_torch import matmul_tf32
+from conftest import DEVICES, requires_cuda
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16, torch.int32])
+def test_wrong_dtype_names_it(device, dtype):
+    a = torch.ones(4, 4, device=device).to(dtype)
+    b = torch.ones(4, 4, device=device)
+    name = str(dtype).replace("torch.", "")
+    with pytest.raises(RuntimeError, match="expected float32"):
+        matmul_tf32(a, b)
+    with pytest.raises(RuntimeError, match="dtype"):
+        matmul_tf32(b, a)
+    # c10 spells the dtype as Double / Half / BFloat16 / Int
+    spelled = {"float64": "Double", "float16": "Half", "bfloat16": "BFloat16", "int32": "Int"}[name]
+    with pytest.raises(RuntimeError, match=spelled):
+        matmul_tf32(a, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_zero_dim(device):
+    with pytest.raises(RuntimeError, match="at least 1 dimension"):
+        matmul_tf32(torch.tensor(2.0, device=device), torch.ones(3, device=device))
+    with pytest.raises(RuntimeError, match="at least 1 dimension"):
+        matmul_tf32(torch.ones(3, device=device), torch.tensor(2.0, device=device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("a_shape,b_shape", [((2, 3), (4, 5)), ((3,), (4,)), ((2, 3), (4,)),
+                                             ((5,), (4, 5)), ((2, 4, 3), (2, 4, 5))])
+def test_shape_mismatch_names_both_shapes(device, a_shape, b_shape):
+    a, b = torch.ones(a_shape, device=device), torch.ones(b_shape, device=device)
+    with pytest.raises(RuntimeError, match="cannot be multiplied") as e:
+        matmul_tf32(a, b)
+    assert str(list(a_shape)) in str(e.value) and str(list(b_shape)) in str(e.value)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_batch_broadcast_failure(device):
+    a, b = torch.ones(2, 3, 4, 5, device=device), torch.ones(7, 5, 6, device=device)
+    with pytest.raises(RuntimeError, match="cannot be broadcast"):
+        matmul_tf32(a, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_unknown_precision(device):
+    a = torch.ones(2, 2, device=device)
+    with pytest.raises(ValueError, match="precision must be"):
+        matmul_tf32(a, a, precision="fp16")
+
+
+@requires_cuda
+def test_cpu_and_cuda_operands():
+    a, b = torch.ones(2, 2), torch.ones(2, 2, device="cuda")
+    with pytest.raises(RuntimeError, match="same device"):
+        matmul_tf32(a, b)
+    with pytest.raises(RuntimeError, match="same device"):
+        matmul_tf32(b, a)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_two_different_gpus():
+    a, b = torch.ones(2, 2, device="cuda:0"), torch.ones(2, 2, device="cuda:1")
+    with pytest.raises(RuntimeError, match="same device"):
+        matmul_tf32(a, b)
+
+
+def test_sparse_operand():
+    a = torch.eye(3).to_sparse()
+    with pytest.raises(RuntimeError):
+        matmul_tf32(a, torch.ones(3, 3))

@@ -1,0 +1,232 @@
+"""Values of pygpukit::matmul_tf32 against a float64 product of the same
+inputs, over shapes, layouts, strides, batching and special values."""
+
+import pytest
+import torch
+
+from pygpukit_torch import matmul_tf32
+from conftest import (DEVICES, assert_matmul_close, matmul_reference, poison_next_output,
+                      rel_error, requires_cuda, requires_two_gpus)
+
+
+def run(a, b, precision=None):
+    """matmul_tf32 with its output memory NaN-poisoned beforehand (on CUDA)."""
+    out_shape = torch.matmul(torch.empty(a.shape, device="meta"), torch.empty(b.shape, device="meta")).shape
+    poison_next_output(out_shape, a.device.type)
+    return matmul_tf32(a, b, precision=precision)
+
+
+SQUARES = [1, 2, 3, 7, 8, 16, 31, 64, 127, 128, 255, 256, 511, 1024]
+ODD = [(1, 1, 1), (17, 33, 65), (127, 129, 131), (1, 4096, 4096), (4096, 1, 300), (300, 4096, 1),
+       (65, 1, 77), (200, 300, 5), (33, 257, 1000)]
+SMALL_K = [(37, 45, k) for k in range(1, 41)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n", SQUARES)
+def test_squares(device, n):
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    assert_matmul_close(run(a, b), a, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("m,n,k", ODD + SMALL_K)
+def test_odd_shapes(device, m, n, k):
+    a, b = torch.randn(m, k, device=device), torch.randn(k, n, device=device)
+    assert_matmul_close(run(a, b), a, b)
+
+
+@requires_cuda
+@pytest.mark.parametrize("m,n,k", [(2048, 2048, 2048), (4096, 4096, 4096), (4095, 4097, 4099),
+                                   (512, 11008, 4096), (256, 14336, 8192), (8192, 512, 1024)])
+def test_large_shapes_cuda(m, n, k):
+    a, b = torch.randn(m, k, device="cuda"), torch.randn(k, n, device="cuda")
+    assert_matmul_close(run(a, b), a, b)
+
+
+def _tf32_cublas(a, b):
+    """torch.matmul with cuBLAS TF32 on, restoring the caller's setting."""
+    mm = torch.backends.cuda.matmul
+    if hasattr(mm, "fp32_precision"):
+        old, mm.fp32_precision = mm.fp32_precision, "tf32"
+        try:
+            return torch.matmul(a, b)
+        finally:
+            mm.fp32_precision = old
+    old, mm.allow_tf32 = mm.allow_tf32, True
+    try:
+        return torch.matmul(a, b)
+    finally:
+        mm.allow_tf32 = old
+
+
+@requires_cuda
+@pytest.mark.parametrize("m,n,k", [(256, 256, 256), (1024, 1024, 1024), (4096, 4096, 4096),
+                                   (4095, 4097, 4099), (2048, 512, 8192)])
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_error_matches_cublas_tf32(m, n, k, layout):
+    """Round-to-nearest inputs give cuBLAS TF32's error; truncation is ~2.6x worse."""
+    a = torch.randn(m, k, device="cuda") if layout[0] == "n" else torch.randn(k, m, device="cuda").t()
+    b = torch.randn(k, n, device="cuda") if layout[1] == "n" else torch.randn(n, k, device="cuda").t()
+    ref = matmul_reference(a, b)
+    ours = rel_error(run(a, b), ref)
+    cublas = rel_error(_tf32_cublas(a, b), ref)
+    assert ours <= 1.05 * cublas, (ours, cublas)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_rounds_to_nearest_not_truncates(device):
+    # 1 + 2^-11 + 2^-12 lies above the midpoint between the TF32 neighbours 1
+    # and 1 + 2^-10: round to nearest gives 1 + 2^-10, truncation gives 1.
+    n = 1024
+    x = torch.eye(n, device=device) * (1 + 2 ** -11 + 2 ** -12)
+    out = matmul_tf32(x, torch.eye(n, device=device))
+    assert torch.equal(out.diagonal(), torch.full((n,), 1 + 2 ** -10, device=device))
+    assert int((out != 0).sum()) == n
+
+
+def _operand(rows, cols, kind, device):
+    """A rows x cols matrix stored as `kind`."""
+    if kind == "row":
+        return torch.randn(rows, cols, device=device)
+    if kind == "col":
+        return torch.randn(cols, rows, device=device).t()
+    if kind == "offset":  # base pointer 4 bytes past a 16-byte boundary, ld odd
+        return torch.randn(rows + 1, cols + 3, device=device)[1:, 3:]
+    if kind == "offset_col":
+        return torch.randn(cols + 1, rows + 2, device=device)[1:, 2:].t()
+    if kind == "strided":  # every other column: neither row- nor column-major
+        return torch.randn(rows, 2 * cols, device=device)[:, ::2]
+    if kind == "expanded_rows":  # stride 0 between rows
+        return torch.randn(1, cols, device=device).expand(rows, cols)
+    if kind == "expanded_cols":  # stride 0 between columns
+        return torch.randn(rows, 1, device=device).expand(rows, cols)
+    raise ValueError(kind)
+
+
+KINDS = ["row", "col", "offset", "offset_col", "strided", "expanded_rows", "expanded_cols"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind_a", KINDS)
+@pytest.mark.parametrize("kind_b", KINDS)
+@pytest.mark.parametrize("m,n,k", [(67, 45, 131), (256, 128, 64)])
+def test_layouts_and_strides(device, kind_a, kind_b, m, n, k):
+    a, b = _operand(m, k, kind_a, device), _operand(k, n, kind_b, device)
+    assert_matmul_close(run(a, b), a, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("a_shape,b_shape", [
+    ((5,), (5,)), ((5,), (5, 3)), ((4, 5), (5,)), ((3, 4, 5), (5,)), ((5,), (2, 5, 3)),
+    ((3, 4, 5), (5, 6)), ((4, 5), (3, 5, 6)), ((2, 3, 4, 5), (3, 5, 6)), ((2, 1, 4, 5), (1, 3, 5, 6)),
+    ((7, 1, 33, 17), (5, 17, 9)), ((6, 130, 70), (6, 70, 129)),
+])
+def test_batched_broadcast(device, a_shape, b_shape):
+    a, b = torch.randn(a_shape, device=device), torch.randn(b_shape, device=device)
+    out = run(a, b)
+    assert out.shape == torch.matmul(a, b).shape
+    assert_matmul_close(out, a, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_batched_transposed_and_expanded(device):
+    a = torch.randn(4, 40, 30, device=device).mT          # [4, 30, 40], column-major matrices
+    b = torch.randn(40, 20, device=device).expand(4, 40, 20)  # batch stride 0
+    assert_matmul_close(run(a, b), a, b)
+    c = torch.randn(3, 1, 30, 40, device=device).expand(3, 5, 30, 40)
+    d = torch.randn(5, 40, 20, device=device)
+    assert_matmul_close(run(c, d), c, d)
+
+
+@requires_cuda
+def test_large_batch_count_loops_over_grid_limit():
+    a, b = torch.randn(70000, 3, 5, device="cuda"), torch.randn(70000, 5, 2, device="cuda")
+    assert_matmul_close(run(a, b), a, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("a_shape,b_shape", [((0, 5), (5, 3)), ((4, 5), (5, 0)), ((4, 0), (0, 3)),
+                                             ((0,), (0,)), ((2, 0, 5), (5, 3)), ((0, 4, 5), (5, 3))])
+def test_empty(device, a_shape, b_shape):
+    a, b = torch.randn(a_shape, device=device), torch.randn(b_shape, device=device)
+    out = matmul_tf32(a, b)
+    assert out.shape == torch.matmul(a, b).shape
+    assert torch.equal(out, torch.zeros_like(out))  # K = 0 gives zeros
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("precision", ["tf32", "ieee"])
+def test_nan_inf_propagate_like_torch(device, precision):
+    a, b = torch.randn(64, 48, device=device), torch.randn(48, 40, device=device)
+    a[3, 5], a[10, 7], b[2, 9], b[20, 30] = float("nan"), float("inf"), float("-inf"), float("inf")
+    a[11, :], b[:, 31] = 0.0, 0.0
+    a[11, 20] = float("inf")  # inf * finite and 0 * inf
+    out = matmul_tf32(a, b, precision=precision)
+    ref = torch.matmul(a.double(), b.double())
+    assert torch.equal(out.isnan(), ref.isnan())
+    assert torch.equal(out.isinf(), ref.isinf())
+    assert torch.equal(out.isinf() & (out > 0), ref.isinf() & (ref > 0))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (127, 129, 131), (300, 200, 100), (64, 1, 4096)])
+def test_ieee_precision(device, m, n, k):
+    a, b = torch.randn(m, k, device=device), torch.randn(k, n, device=device)
+    out = run(a, b, precision="ieee")
+    assert_matmul_close(out, a, b, precision="ieee")
+
+
+@requires_cuda
+def test_deterministic_over_500_calls():
+    a, b = torch.randn(1000, 700, device="cuda"), torch.randn(700, 900, device="cuda")
+    first = matmul_tf32(a, b)
+    for _ in range(500):
+        assert torch.equal(matmul_tf32(a, b), first)
+
+
+@requires_cuda
+def test_runs_on_tensor_device_not_current_device():
+    # With one GPU this still checks the guard path; requires_two_gpus below covers cuda:1.
+    a, b = torch.randn(70, 50, device="cuda:0"), torch.randn(50, 30, device="cuda:0")
+    assert_matmul_close(matmul_tf32(a, b), a, b)
+
+
+@requires_two_gpus
+def test_tensor_on_cuda1_while_cuda0_current():
+    with torch.cuda.device(0):
+        a, b = torch.randn(300, 200, device="cuda:1"), torch.randn(200, 100, device="cuda:1")
+        out = matmul_tf32(a, b)
+        assert out.device == torch.device("cuda:1")
+        assert_matmul_close(out, a, b)
+
+
+@requires_cuda
+def test_cuda_graph_capture_and_replay():
+    a, b = torch.randn(300, 200, device="cuda"), torch.randn(200, 100, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up off the capture (sets shared-memory attributes)
+        matmul_tf32(a, b)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = matmul_tf32(a, b)
+    a.copy_(torch.randn_like(a))
+    b.copy_(torch.randn_like(b))
+    g.replay()
+    torch.cuda.synchronize()
+    assert_matmul_close(out, a, b)
+
+
+@requires_cuda
+def test_more_than_2_31_elements():
+    # A has 2^31 + 4096·8 elements: offsets past 2^31 must not wrap.
+    m, k, n = 2 ** 31 // 4096 + 8, 4096, 8
+    a = torch.empty(m, k, device="cuda")
+    a.normal_()
+    b = torch.randn(k, n, device="cuda")
+    out = matmul_tf32(a, b)
+    rows = slice(m - 64, m)  # the rows whose offsets exceed 2^31
+    assert_matmul_close(out[rows].contiguous(), a[rows], b)
+    del a
