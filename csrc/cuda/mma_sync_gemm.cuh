@@ -226,18 +226,17 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 
 }  // namespace mma_sync_detail
 
-// Sets the kernel's dynamic shared memory limit once per device: needed above
-// 48 KB, and a host call we keep off the per-launch path.
-template <class Kernel>
-cudaError_t allow_dynamic_smem(Kernel kernel, int bytes) {
-  static std::atomic<uint64_t> done_on_device{0};  // bit d: device d is done
+// Sets a kernel's dynamic shared memory limit (needed above 48 KB) once per
+// device, keeping the host call off the per-launch path. `done` is the
+// caller's own per-kernel flag word: bit d set once device d is configured.
+inline cudaError_t allow_dynamic_smem(const void* kernel, int bytes, std::atomic<uint64_t>& done) {
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
   const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
-  if (bit != 0 && (done_on_device.load(std::memory_order_acquire) & bit)) return cudaSuccess;
+  if (bit != 0 && (done.load(std::memory_order_acquire) & bit)) return cudaSuccess;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (err == cudaSuccess) done_on_device.fetch_or(bit, std::memory_order_acq_rel);
+  if (err == cudaSuccess) done.fetch_or(bit, std::memory_order_acq_rel);
   return err;
 }
 
@@ -245,7 +244,9 @@ template <class Config, Layout kLayoutA, Layout kLayoutB, bool kVec16>
 cudaError_t launch_mma_sync_gemm(const GemmProblem& p, cudaStream_t stream) {
   constexpr int kSmem = mma_sync_smem_bytes<Config>(kLayoutA, kLayoutB);
   auto kernel = mma_sync_detail::mma_sync_gemm_kernel<Config, kLayoutA, kLayoutB, kVec16>;
-  cudaError_t err = allow_dynamic_smem(kernel, kSmem);
+  static std::atomic<uint64_t> smem_configured{0};  // one per instantiation
+  cudaError_t err =
+      allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem, smem_configured);
   if (err != cudaSuccess) return err;
   const int64_t tiles = ((p.M + Config::BM - 1) / Config::BM) * ((p.N + Config::BN - 1) / Config::BN);
   const dim3 grid(static_cast<unsigned>(tiles),
