@@ -15,6 +15,7 @@ import contextlib
 import datetime
 import itertools
 import math
+import os
 
 import torch
 import torch.utils.benchmark as benchmark
@@ -55,6 +56,17 @@ def make_inputs(m, n, k, layout, count):
     return [(one(m, k, layout[0] == "t"), one(k, n, layout[1] == "t")) for _ in range(count)]
 
 
+def forced(kernel):
+    """matmul_tf32 with the dispatcher overridden (PYGPUKIT_KERNEL is read per call)."""
+    def fn(a, b):
+        os.environ["PYGPUKIT_KERNEL"] = kernel
+        try:
+            return pygpukit_torch.matmul_tf32(a, b)
+        finally:
+            os.environ.pop("PYGPUKIT_KERNEL")
+    return fn
+
+
 def time_fn(fn, sets, label, sub_label, description):
     cycle = itertools.cycle(sets)
 
@@ -71,6 +83,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a subset of the shapes")
     parser.add_argument("--markdown", help="append the results table to this file")
+    parser.add_argument("--kernels", default="auto",
+                        help="comma-separated PYGPUKIT_KERNEL values to time side by side, e.g. "
+                             "auto,mma_sync_medium")
     args = parser.parse_args()
 
     gpu = torch.cuda.get_device_name()
@@ -81,6 +96,9 @@ def main():
         "cuBLAS tf32": (torch.matmul, True),
         "cuBLAS fp32": (torch.matmul, False),
     }
+    extra = [k for k in args.kernels.split(",") if k != "auto"]
+    for kernel in extra:
+        variants[f"pygpukit {kernel}"] = (forced(kernel), None)
     results, rows = [], []
     for kind, m, n, k, layout in (QUICK if args.quick else SHAPES):
         bytes_per_set = 4 * (m * k + k * n)
@@ -100,7 +118,8 @@ def main():
         ours, tf, fp = row["pygpukit tf32"], row["cuBLAS tf32"], row["cuBLAS fp32"]
         print(f"{sub:32s} ours {ours[0]:7.1f} TFLOP/s ({ours[2]:8.1f} us, err {ours[1]:.2e})  "
               f"cuBLAS tf32 {tf[0]:7.1f} (err {tf[1]:.2e})  fp32 {fp[0]:6.1f}  "
-              f"ratio vs tf32 {ours[0] / tf[0]:.2f}  [{info}]", flush=True)
+              f"ratio vs tf32 {ours[0] / tf[0]:.2f}  [{info}]"
+              + "".join(f"  {k} {row[f'pygpukit {k}'][0]:.1f}" for k in extra), flush=True)
         del sets, ref
 
     benchmark.Compare(results).print()

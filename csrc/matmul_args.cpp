@@ -6,11 +6,26 @@
 #include <c10/util/Exception.h>
 
 namespace pygpukit {
+namespace {
+
+// Numbers and shapes go into error messages as ready-made strings: streaming
+// an integer into c10::str's std::ostringstream crashed (SIGSEGV in
+// ostream::_M_insert<long>) with torch 2.11's wheel and GCC 13 on the H200
+// machine, while strings stream fine.
+std::string num(int64_t v) { return std::to_string(v); }
+
+std::string shape(at::IntArrayRef sizes) {
+  std::string s = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + num(sizes[i]);
+  return s + "]";
+}
+
+}  // namespace
 
 MatmulShapes check_matmul_args(const at::Tensor& a, const at::Tensor& b) {
   TORCH_CHECK(a.dim() >= 1 && b.dim() >= 1,
-              "matmul_tf32: both arguments need at least 1 dimension, got a.dim() = ", a.dim(),
-              " and b.dim() = ", b.dim());
+              "matmul_tf32: both arguments need at least 1 dimension, got a.dim() = ", num(a.dim()),
+              " and b.dim() = ", num(b.dim()));
   TORCH_CHECK(a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat,
               "matmul_tf32: expected float32 tensors, got a of dtype ", a.scalar_type(),
               " and b of dtype ", b.scalar_type());
@@ -23,9 +38,9 @@ MatmulShapes check_matmul_args(const at::Tensor& a, const at::Tensor& b) {
   MatmulShapes s;
   s.K = a.size(-1);
   const int64_t b_k = b.dim() == 1 ? b.size(0) : b.size(-2);
-  TORCH_CHECK(s.K == b_k, "matmul_tf32: shapes cannot be multiplied: a has shape ", a.sizes(),
-              " and b has shape ", b.sizes(), " (a.size(-1) = ", s.K, " but b.size(",
-              b.dim() == 1 ? "0" : "-2", ") = ", b_k, ")");
+  TORCH_CHECK(s.K == b_k, "matmul_tf32: shapes cannot be multiplied: a has shape ", shape(a.sizes()),
+              " and b has shape ", shape(b.sizes()), " (a.size(-1) = ", num(s.K), " but b.size(",
+              b.dim() == 1 ? "0" : "-2", ") = ", num(b_k), ")");
   s.M = a.dim() >= 2 ? a.size(-2) : 1;
   s.N = b.dim() >= 2 ? b.size(-1) : 1;
 
@@ -38,9 +53,9 @@ MatmulShapes check_matmul_args(const at::Tensor& a, const at::Tensor& b) {
     const int64_t ai = i - (n_batch - a_batch), bi = i - (n_batch - b_batch);
     const int64_t as = ai >= 0 ? a.size(ai) : 1, bs = bi >= 0 ? b.size(bi) : 1;
     TORCH_CHECK(as == bs || as == 1 || bs == 1,
-                "matmul_tf32: batch dimensions cannot be broadcast: a has shape ", a.sizes(),
-                " and b has shape ", b.sizes(), " (", as, " vs ", bs, " at batch dimension ", i,
-                ")");
+                "matmul_tf32: batch dimensions cannot be broadcast: a has shape ", shape(a.sizes()),
+                " and b has shape ", shape(b.sizes()), " (", num(as), " vs ", num(bs),
+                " at batch dimension ", num(i), ")");
     s.batch[i] = as == 1 ? bs : as;
   }
   s.out = s.batch;

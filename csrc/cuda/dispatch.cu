@@ -1,6 +1,7 @@
 // The one place that decides which kernel and tile configuration runs a GEMM.
 // Later paths (Hopper wgmma, split-K, 3xTF32) are added here.
 #include <array>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 
@@ -35,7 +36,7 @@ const DeviceInfo& device_info(int device) {
   return info[device];
 }
 
-enum class Kernel { kMmaSyncLarge, kMmaSyncSmall, kFma };
+enum class Kernel { kMmaSyncLarge, kMmaSyncMedium, kMmaSyncSmall, kFma };
 
 struct Choice {
   Kernel kernel;
@@ -48,35 +49,67 @@ bool aligned16(const float* ptr, int64_t ld, int64_t batch_stride) {
   return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && ld % 4 == 0 && batch_stride % 4 == 0;
 }
 
-int64_t tiles(const GemmProblem& p, int bm, int bn) {
-  return ((p.M + bm - 1) / bm) * ((p.N + bn - 1) / bn);
+template <class Config>
+bool fits(const GemmProblem& p, const DeviceInfo& d) {
+  return d.smem_per_block_optin >= mma_sync_smem_bytes<Config>(p.layout_a, p.layout_b);
+}
+
+// Whether `Config` fits the device's shared memory and gives every SM at
+// least one threadblock.
+template <class Config>
+bool fits_and_fills(const GemmProblem& p, const DeviceInfo& d) {
+  const int64_t tiles = ((p.M + Config::BM - 1) / Config::BM) * ((p.N + Config::BN - 1) / Config::BN);
+  return fits<Config>(p, d) && tiles * p.batch >= d.sm_count;
+}
+
+// PYGPUKIT_KERNEL forces a kernel family or configuration, for tests and
+// benchmarks: auto (default), mma_sync_large, mma_sync_medium,
+// mma_sync_small, fma. A forced configuration that cannot run the problem
+// (large tile with unaligned operands, too little shared memory) falls back
+// to the automatic choice rather than fail.
+std::string forced_kernel() {
+  const char* env = std::getenv("PYGPUKIT_KERNEL");
+  return env ? env : "auto";
 }
 
 Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
-  const bool vec16 = aligned16(p.A, p.lda, p.batch_stride_a) &&
-                     aligned16(p.B, p.ldb, p.batch_stride_b);
   // mma.sync TF32 needs sm_80; FP32 precision never uses tensor cores.
   if (precision == Precision::kIEEE || d.cc_major < 8) return {Kernel::kFma, false};
-  const int large_smem = mma_sync_smem_bytes<MmaSyncLarge>(p.layout_a, p.layout_b);
-  // The large tile wins once it fills every SM at least once; below that the
-  // small tile's 4x more blocks keep more SMs busy.
-  const bool large_fits = d.smem_per_block_optin >= large_smem;
-  const bool enough_work = tiles(p, MmaSyncLarge::BM, MmaSyncLarge::BN) * p.batch >= d.sm_count;
-  return {large_fits && enough_work ? Kernel::kMmaSyncLarge : Kernel::kMmaSyncSmall, vec16};
+  const bool vec16 = aligned16(p.A, p.lda, p.batch_stride_a) &&
+                     aligned16(p.B, p.ldb, p.batch_stride_b);
+  const std::string forced = forced_kernel();
+  if (forced == "fma") return {Kernel::kFma, false};
+  if (forced == "mma_sync_large" && vec16 && fits<MmaSyncLarge>(p, d)) return {Kernel::kMmaSyncLarge, true};
+  if (forced == "mma_sync_medium" && fits<MmaSyncMedium>(p, d)) return {Kernel::kMmaSyncMedium, vec16};
+  if (forced == "mma_sync_small") return {Kernel::kMmaSyncSmall, vec16};
+  // The largest tile that still gives every SM work: larger tiles issue more
+  // MMAs per fragment load and read less from L2 per FLOP. The large tile
+  // has no 4-byte-load variant: its 12 scalar copies per thread and stage
+  // would spill (ptxas: ~1 KB of spills per thread).
+  if (vec16 && fits_and_fills<MmaSyncLarge>(p, d)) return {Kernel::kMmaSyncLarge, true};
+  if (fits_and_fills<MmaSyncMedium>(p, d)) return {Kernel::kMmaSyncMedium, vec16};
+  return {Kernel::kMmaSyncSmall, vec16};
+}
+
+template <class Config, bool kVec16>
+cudaError_t launch_mma_sync_width(const GemmProblem& p, cudaStream_t stream) {
+  using L = Layout;
+  const bool a_row = p.layout_a == L::kRowMajor, b_row = p.layout_b == L::kRowMajor;
+  if (a_row && b_row) return launch_mma_sync_gemm<Config, L::kRowMajor, L::kRowMajor, kVec16>(p, stream);
+  if (a_row) return launch_mma_sync_gemm<Config, L::kRowMajor, L::kColMajor, kVec16>(p, stream);
+  if (b_row) return launch_mma_sync_gemm<Config, L::kColMajor, L::kRowMajor, kVec16>(p, stream);
+  return launch_mma_sync_gemm<Config, L::kColMajor, L::kColMajor, kVec16>(p, stream);
+}
+
+template <class Config>
+cudaError_t launch_mma_sync_vec16(const GemmProblem& p, cudaStream_t stream) {
+  return launch_mma_sync_width<Config, true>(p, stream);
 }
 
 template <class Config>
 cudaError_t launch_mma_sync(const GemmProblem& p, bool vec16, cudaStream_t stream) {
-  using L = Layout;
-  const bool a_row = p.layout_a == L::kRowMajor, b_row = p.layout_b == L::kRowMajor;
-#define PYGPUKIT_LAUNCH(LA, LB)                                                   \
-  return vec16 ? launch_mma_sync_gemm<Config, LA, LB, true>(p, stream)          \
-               : launch_mma_sync_gemm<Config, LA, LB, false>(p, stream)
-  if (a_row && b_row) PYGPUKIT_LAUNCH(L::kRowMajor, L::kRowMajor);
-  if (a_row) PYGPUKIT_LAUNCH(L::kRowMajor, L::kColMajor);
-  if (b_row) PYGPUKIT_LAUNCH(L::kColMajor, L::kRowMajor);
-  PYGPUKIT_LAUNCH(L::kColMajor, L::kColMajor);
-#undef PYGPUKIT_LAUNCH
+  return vec16 ? launch_mma_sync_width<Config, true>(p, stream)
+               : launch_mma_sync_width<Config, false>(p, stream);
 }
 
 template <class Config>
@@ -101,7 +134,9 @@ cudaError_t run_gemm(const GemmProblem& p, Precision precision, cudaStream_t str
   const Choice c = choose(p, precision, device_info(current_device()));
   switch (c.kernel) {
     case Kernel::kMmaSyncLarge:
-      return launch_mma_sync<MmaSyncLarge>(p, c.vec16, stream);
+      return launch_mma_sync_vec16<MmaSyncLarge>(p, stream);
+    case Kernel::kMmaSyncMedium:
+      return launch_mma_sync<MmaSyncMedium>(p, c.vec16, stream);
     case Kernel::kMmaSyncSmall:
       return launch_mma_sync<MmaSyncSmall>(p, c.vec16, stream);
     case Kernel::kFma:
@@ -116,6 +151,9 @@ std::string describe_gemm(const GemmProblem& p, Precision precision) {
   switch (c.kernel) {
     case Kernel::kMmaSyncLarge:
       name = mma_sync_name<MmaSyncLarge>();
+      break;
+    case Kernel::kMmaSyncMedium:
+      name = mma_sync_name<MmaSyncMedium>();
       break;
     case Kernel::kMmaSyncSmall:
       name = mma_sync_name<MmaSyncSmall>();

@@ -23,11 +23,15 @@ struct MmaSyncConfig {
   static_assert(kStages >= 2, "the pipeline needs at least two stages");
 };
 
-// 128x128x32, 8 warps of 64x32, 4 stages: ~144 KB of shared memory, for
-// sm_80 / sm_90 class GPUs (163 / 227 KB per block) on large problems.
-using MmaSyncLarge = MmaSyncConfig<128, 128, 32, 64, 32, 4>;
+// 128x256x32, 8 warps of 64x64, 3 stages: ~160 KB of shared memory (sm_80:
+// 163 KB, sm_90: 227 KB per block). The 64x64 warp tile issues 32 MMAs per
+// 8 fragment loads, and the tile halves the L2 traffic per FLOP of 128x128.
+using MmaSyncLarge = MmaSyncConfig<128, 256, 32, 64, 64, 3>;
+// 128x128x32, 8 warps of 64x32, 4 stages: ~144 KB, for problems with too few
+// 128x256 tiles to fill the GPU.
+using MmaSyncMedium = MmaSyncConfig<128, 128, 32, 64, 32, 4>;
 // 64x64x32, 4 warps of 32x32, 4 stages: ~72 KB, fits the 99 KB of sm_86 /
-// sm_89 and gives 4x more threadblocks on problems too small to fill the GPU.
+// sm_89 and gives 4x more threadblocks again on small problems.
 using MmaSyncSmall = MmaSyncConfig<64, 64, 32, 32, 32, 4>;
 
 // kVec16: both operands are read with 16-byte cp.async (base pointers 16-byte

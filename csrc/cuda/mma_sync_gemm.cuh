@@ -56,8 +56,38 @@ __device__ __forceinline__ void load_tile_async(float* smem, const float* gmem,
   }
 }
 
+// Rounds to TF32, in place, the elements of one stage that this thread
+// copied with load_tile_async (same index walk). Called after the thread's
+// own cp.async group completed and before the barrier that publishes the
+// stage, so each element is rounded once per threadblock instead of once
+// per warp that reads it, and the MMA loop only loads and multiplies.
+// Zero-filled elements become 0x1000, which the tensor core reads as +0
+// (it ignores the 13 low bits).
+template <class Tile, int kThreads, bool kVec16>
+__device__ __forceinline__ void round_tile_in_place(float* smem, int tid) {
+  constexpr int kWidth = kVec16 ? 4 : 1;
+  constexpr int kPerRow = Tile::kCols / kWidth;
+  constexpr int kCopies = Tile::kRows * kPerRow;
+#pragma unroll
+  for (int i = 0; i < kCopies / kThreads; ++i) {
+    const int idx = tid + i * kThreads;
+    uint32_t* p = reinterpret_cast<uint32_t*>(smem + (idx / kPerRow) * Tile::kStride +
+                                              (idx % kPerRow) * kWidth);
+    if constexpr (kVec16) {
+      uint4 v = *reinterpret_cast<uint4*>(p);
+      v.x = ptx::round_to_tf32(v.x);
+      v.y = ptx::round_to_tf32(v.y);
+      v.z = ptx::round_to_tf32(v.z);
+      v.w = ptx::round_to_tf32(v.w);
+      *reinterpret_cast<uint4*>(p) = v;
+    } else {
+      *p = ptx::round_to_tf32(*p);
+    }
+  }
+}
+
 template <class Cfg, Layout kLayoutA, Layout kLayoutB, bool kVec16>
-__global__ void __launch_bounds__(Cfg::kThreads)
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
     mma_sync_gemm_kernel(const GemmProblem p) {
   constexpr bool kAKMajor = kLayoutA == Layout::kRowMajor;
   constexpr bool kBKMajor = kLayoutB == Layout::kColMajor;
@@ -127,16 +157,18 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 
     for (int64_t kt = 0; kt < k_tiles; ++kt) {
       ptx::cp_async_wait<Cfg::kStages - 2>();
-      // Makes stage kt visible to all warps, and guarantees that every warp
-      // finished reading stage kt - 1, which the next load overwrites.
+      const int stage = int(kt % Cfg::kStages);
+      float* const sa = smem_a + stage * TileA::kFloats;
+      float* const sb = smem_b + stage * TileB::kFloats;
+      round_tile_in_place<TileA, Cfg::kThreads, kVec16>(sa, tid);
+      round_tile_in_place<TileB, Cfg::kThreads, kVec16>(sb, tid);
+      // Makes stage kt (rounded) visible to all warps, and guarantees that
+      // every warp finished reading stage kt - 1, which the next load
+      // overwrites.
       __syncthreads();
       const int64_t next = kt + Cfg::kStages - 1;
       if (next < k_tiles) load_stage(next, int(next % Cfg::kStages));
       ptx::cp_async_commit();
-
-      const int stage = int(kt % Cfg::kStages);
-      const float* sa = smem_a + stage * TileA::kFloats;
-      const float* sb = smem_b + stage * TileB::kFloats;
 
 #pragma unroll
       for (int kk = 0; kk < Cfg::BK; kk += 8) {
@@ -176,14 +208,6 @@ __global__ void __launch_bounds__(Cfg::kThreads)
             b[j][1] = __float_as_uint(row[4 * TileB::kStride]);
           }
         }
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) a[i][e] = ptx::round_to_tf32(a[i][e]);
-#pragma unroll
-        for (int j = 0; j < NI; ++j)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) b[j][e] = ptx::round_to_tf32(b[j][e]);
 #pragma unroll
         for (int i = 0; i < MI; ++i)
 #pragma unroll
@@ -255,17 +279,16 @@ cudaError_t launch_mma_sync_gemm(const GemmProblem& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// Explicit instantiations of every configuration and load width for one
-// operand layout pair; each mma_sync_gemm_<a><b>.cu holds one of these, so the
+// Explicit instantiations of every configuration and load width the
+// dispatcher uses (MmaSyncLarge: 16-byte loads only) for one operand layout pair; each mma_sync_gemm_<a><b>.cu holds one of these, so the
 // four layouts compile in parallel.
-#define PYGPUKIT_INSTANTIATE_MMA_SYNC(LA, LB)                                                     \
-  template cudaError_t launch_mma_sync_gemm<MmaSyncLarge, LA, LB, true>(const GemmProblem&,     \
-                                                                        cudaStream_t);          \
-  template cudaError_t launch_mma_sync_gemm<MmaSyncLarge, LA, LB, false>(const GemmProblem&,    \
-                                                                         cudaStream_t);         \
-  template cudaError_t launch_mma_sync_gemm<MmaSyncSmall, LA, LB, true>(const GemmProblem&,     \
-                                                                        cudaStream_t);          \
-  template cudaError_t launch_mma_sync_gemm<MmaSyncSmall, LA, LB, false>(const GemmProblem&,    \
-                                                                         cudaStream_t);
+#define PYGPUKIT_INSTANTIATE_MMA_SYNC_CONFIG(CFG, LA, LB)                                   \
+  template cudaError_t launch_mma_sync_gemm<CFG, LA, LB, true>(const GemmProblem&, cudaStream_t); \
+  template cudaError_t launch_mma_sync_gemm<CFG, LA, LB, false>(const GemmProblem&, cudaStream_t);
+#define PYGPUKIT_INSTANTIATE_MMA_SYNC(LA, LB)                                                 \
+  template cudaError_t launch_mma_sync_gemm<MmaSyncLarge, LA, LB, true>(const GemmProblem&,  \
+                                                                        cudaStream_t);       \
+  PYGPUKIT_INSTANTIATE_MMA_SYNC_CONFIG(MmaSyncMedium, LA, LB) \
+  PYGPUKIT_INSTANTIATE_MMA_SYNC_CONFIG(MmaSyncSmall, LA, LB)
 
 }  // namespace pygpukit
