@@ -5,8 +5,11 @@ float32 tensors with torch.matmul's shape rules on our own mma.sync TF32 GEMM
 kernels (CUDA, sm_80+), or emulates the same arithmetic on the CPU.
 """
 
-from . import _C  # noqa: F401  (loads the library: registers pygpukit::* ops)
+import torch  # noqa: F401  (loads libtorch, which _C links against)
+
+from . import _C  # noqa: F401,E402  (registers the pygpukit::* operators)
+from .nn import SwapReport, TF32Linear, swap_linear_, unswap_linear_
 from .ops import kernel_info, matmul_tf32
 
-__all__ = ["matmul_tf32", "kernel_info"]
+__all__ = ["matmul_tf32", "kernel_info", "TF32Linear", "swap_linear_", "unswap_linear_", "SwapReport"]
 __version__ = "0.1.0"
