@@ -21,6 +21,7 @@ import torch
 import torch.utils.benchmark as benchmark
 
 import pygpukit_torch
+from pygpukit_torch.testing import cublas_tf32, rel_error
 
 L2_BYTES = 60 * 2 ** 20  # H200; inputs rotate over > 3x this
 
@@ -32,22 +33,6 @@ SHAPES = (
     + [("layout", 4096, 4096, 4096, lay) for lay in ("nt", "tn", "tt")]
 )
 QUICK = [s for s in SHAPES if s[1] in (1, 128, 4096) or s[0] == "odd"]
-
-
-@contextlib.contextmanager
-def cublas_tf32(enabled: bool):
-    mm = torch.backends.cuda.matmul
-    if hasattr(mm, "fp32_precision"):
-        old, mm.fp32_precision = mm.fp32_precision, "tf32" if enabled else "ieee"
-    else:
-        old, mm.allow_tf32 = mm.allow_tf32, enabled
-    try:
-        yield
-    finally:
-        if hasattr(mm, "fp32_precision"):
-            mm.fp32_precision = old
-        else:
-            mm.allow_tf32 = old
 
 
 def make_inputs(m, n, k, layout, count):
@@ -109,7 +94,7 @@ def main():
         row = {"shape": sub}
         for name, (fn, tf32) in variants.items():
             with cublas_tf32(bool(tf32)) if tf32 is not None else contextlib.nullcontext():
-                err = float((fn(a0, b0).double() - ref).norm() / ref.norm())
+                err = rel_error(fn(a0, b0), ref)
                 r = time_fn(fn, sets, "matmul TFLOP/s", sub, name)
             results.append(r)
             row[name] = (2 * m * n * k / r.median / 1e12, err, r.median * 1e6)

@@ -34,23 +34,23 @@ class TF32Linear(nn.Linear):
     def from_linear(cls, linear: nn.Linear) -> "TF32Linear":
         """A TF32Linear around the very same Parameter objects as `linear`
         (tied weights stay tied; optimizers holding them keep working)."""
-        new = cls.__new__(cls)
-        nn.Module.__init__(new)
-        new.in_features, new.out_features = linear.in_features, linear.out_features
-        new.weight = linear.weight
-        new.bias = linear.bias
-        new.train(linear.training)
-        return new
+        return _around_same_parameters(cls, linear)
 
     def to_linear(self) -> nn.Linear:
         """A plain nn.Linear around the same Parameter objects."""
-        new = nn.Linear.__new__(nn.Linear)
-        nn.Module.__init__(new)
-        new.in_features, new.out_features = self.in_features, self.out_features
-        new.weight = self.weight
-        new.bias = self.bias
-        new.train(self.training)
-        return new
+        return _around_same_parameters(nn.Linear, self)
+
+
+def _around_same_parameters(cls, linear: nn.Linear) -> nn.Linear:
+    """An instance of `cls` (nn.Linear or a subclass) built without allocating
+    parameters, holding `linear`'s own weight and bias Parameters."""
+    new = cls.__new__(cls)
+    nn.Module.__init__(new)
+    new.in_features, new.out_features = linear.in_features, linear.out_features
+    new.weight = linear.weight
+    new.bias = linear.bias
+    new.train(linear.training)
+    return new
 
 
 @dataclass

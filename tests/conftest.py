@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import pygpukit_torch  # noqa: F401  (registers the ops)
+from pygpukit_torch.testing import rel_error  # noqa: F401  (re-exported for the tests)
 
 HAS_CUDA = torch.cuda.is_available()
 requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
@@ -56,6 +57,3 @@ def assert_matmul_close(out, a, b, precision: str = "tf32") -> None:
         f"{int(bad.sum())} of {bad.numel()} elements exceed the bound; worst excess "
         f"{float((err - bound).max()):.3g}, max err {float(err.max()):.3g}")
 
-
-def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((out.double() - ref).norm() / ref.norm())

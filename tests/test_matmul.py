@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from pygpukit_torch import matmul_tf32
+from pygpukit_torch.testing import cublas_tf32
 from conftest import (DEVICES, assert_matmul_close, matmul_reference, poison_next_output,
                       rel_error, requires_cuda, requires_two_gpus)
 
@@ -44,22 +45,6 @@ def test_large_shapes_cuda(m, n, k):
     assert_matmul_close(run(a, b), a, b)
 
 
-def _tf32_cublas(a, b):
-    """torch.matmul with cuBLAS TF32 on, restoring the caller's setting."""
-    mm = torch.backends.cuda.matmul
-    if hasattr(mm, "fp32_precision"):
-        old, mm.fp32_precision = mm.fp32_precision, "tf32"
-        try:
-            return torch.matmul(a, b)
-        finally:
-            mm.fp32_precision = old
-    old, mm.allow_tf32 = mm.allow_tf32, True
-    try:
-        return torch.matmul(a, b)
-    finally:
-        mm.allow_tf32 = old
-
-
 @requires_cuda
 @pytest.mark.parametrize("m,n,k", [(256, 256, 256), (1024, 1024, 1024), (4096, 4096, 4096),
                                    (4095, 4097, 4099), (2048, 512, 8192)])
@@ -70,7 +55,8 @@ def test_error_matches_cublas_tf32(m, n, k, layout):
     b = torch.randn(k, n, device="cuda") if layout[1] == "n" else torch.randn(n, k, device="cuda").t()
     ref = matmul_reference(a, b)
     ours = rel_error(run(a, b), ref)
-    cublas = rel_error(_tf32_cublas(a, b), ref)
+    with cublas_tf32(True):
+        cublas = rel_error(torch.matmul(a, b), ref)
     assert ours <= 1.05 * cublas, (ours, cublas)
 
 
