@@ -58,8 +58,7 @@ bool fits(const GemmProblem& p, const DeviceInfo& d) {
 // least one threadblock.
 template <class Config>
 bool fits_and_fills(const GemmProblem& p, const DeviceInfo& d) {
-  const int64_t tiles = ((p.M + Config::BM - 1) / Config::BM) * ((p.N + Config::BN - 1) / Config::BN);
-  return fits<Config>(p, d) && tiles * p.batch >= d.sm_count;
+  return fits<Config>(p, d) && Config::tiles(p.M, p.N) * p.batch >= d.sm_count;
 }
 
 // PYGPUKIT_KERNEL forces a kernel family or configuration, for tests and
@@ -102,11 +101,6 @@ cudaError_t launch_mma_sync_width(const GemmProblem& p, cudaStream_t stream) {
 }
 
 template <class Config>
-cudaError_t launch_mma_sync_vec16(const GemmProblem& p, cudaStream_t stream) {
-  return launch_mma_sync_width<Config, true>(p, stream);
-}
-
-template <class Config>
 cudaError_t launch_mma_sync(const GemmProblem& p, bool vec16, cudaStream_t stream) {
   return vec16 ? launch_mma_sync_width<Config, true>(p, stream)
                : launch_mma_sync_width<Config, false>(p, stream);
@@ -134,7 +128,7 @@ cudaError_t run_gemm(const GemmProblem& p, Precision precision, cudaStream_t str
   const Choice c = choose(p, precision, device_info(current_device()));
   switch (c.kernel) {
     case Kernel::kMmaSyncLarge:
-      return launch_mma_sync_vec16<MmaSyncLarge>(p, stream);
+      return launch_mma_sync_width<MmaSyncLarge, true>(p, stream);
     case Kernel::kMmaSyncMedium:
       return launch_mma_sync<MmaSyncMedium>(p, c.vec16, stream);
     case Kernel::kMmaSyncSmall:

@@ -21,6 +21,11 @@ struct MmaSyncConfig {
   static_assert(BM % WM == 0 && BN % WN == 0, "warp tiles must cover the threadblock tile");
   static_assert(WM % 16 == 0 && WN % 16 == 0 && BK % 8 == 0, "tile sizes must fit m16n8k8");
   static_assert(kStages >= 2, "the pipeline needs at least two stages");
+
+  // Threadblock tiles covering an M x N output.
+  static constexpr int64_t tiles(int64_t M, int64_t N) {
+    return ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
+  }
 };
 
 // 128x256x32, 16 warps of 64x32, 3 stages: ~160 KB of shared memory (sm_80:

@@ -272,16 +272,16 @@ cudaError_t launch_mma_sync_gemm(const GemmProblem& p, cudaStream_t stream) {
   cudaError_t err =
       allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem, smem_configured);
   if (err != cudaSuccess) return err;
-  const int64_t tiles = ((p.M + Config::BM - 1) / Config::BM) * ((p.N + Config::BN - 1) / Config::BN);
-  const dim3 grid(static_cast<unsigned>(tiles),
+  const dim3 grid(static_cast<unsigned>(Config::tiles(p.M, p.N)),
                   static_cast<unsigned>(p.batch < 65535 ? p.batch : 65535));
   kernel<<<grid, Config::kThreads, kSmem, stream>>>(p);
   return cudaGetLastError();
 }
 
 // Explicit instantiations of every configuration and load width the
-// dispatcher uses (MmaSyncLarge: 16-byte loads only) for one operand layout pair; each mma_sync_gemm_<a><b>.cu holds one of these, so the
-// four layouts compile in parallel.
+// dispatcher uses (MmaSyncLarge: 16-byte loads only) for one operand layout
+// pair; each mma_sync_gemm_<a><b>.cu holds one of these, so the four layouts
+// compile in parallel.
 #define PYGPUKIT_INSTANTIATE_MMA_SYNC_CONFIG(CFG, LA, LB)                                   \
   template cudaError_t launch_mma_sync_gemm<CFG, LA, LB, true>(const GemmProblem&, cudaStream_t); \
   template cudaError_t launch_mma_sync_gemm<CFG, LA, LB, false>(const GemmProblem&, cudaStream_t);
