@@ -29,6 +29,9 @@ if build_cuda:
     nvcc_flags = ["-O3", "-lineinfo", "--expt-relaxed-constexpr"]
     if os.environ.get("PYGPUKIT_PTXAS_VERBOSE") == "1":
         nvcc_flags.append("-Xptxas=-v")
+    # The Hopper path is dispatched to only when its sm_90a code is built.
+    if "9.0a" in os.environ["TORCH_CUDA_ARCH_LIST"].replace(" ", ";").split(";"):
+        nvcc_flags.append("-DPYGPUKIT_HAS_SM90A")
     sources += sorted(glob.glob("csrc/cuda/*.cpp")) + sorted(glob.glob("csrc/cuda/*.cu"))
     ext = CUDAExtension(
         "pygpukit_torch._C",

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-import pygpukit_torch  # noqa: F401  (registers the ops)
+import pygpukit_torch
 from pygpukit_torch.testing import rel_error  # noqa: F401  (re-exported for the tests)
 
 HAS_CUDA = torch.cuda.is_available()
@@ -13,6 +13,35 @@ requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 requires_two_gpus = pytest.mark.skipif(not HAS_CUDA or torch.cuda.device_count() < 2,
                                        reason="needs two CUDA GPUs")
 DEVICES = ["cpu", pytest.param("cuda", marks=requires_cuda)]
+
+# (device, kernel) pairs for the correctness tests: the CPU path, and on CUDA
+# the dispatcher's choice plus every kernel family forced. A test that takes a
+# `kernel` parameter runs under pygpukit_torch.force_kernel(kernel) (see
+# _forced_kernel below) and is skipped where that kernel cannot run.
+CUDA_KERNELS = ["auto", "wgmma", "mma_sync"]
+DEVICE_KERNELS = [pytest.param("cpu", "auto", id="cpu")] + [
+    pytest.param("cuda", k, id=f"cuda-{k}", marks=requires_cuda) for k in CUDA_KERNELS]
+
+
+def _kernel_runs_here(kernel: str) -> bool:
+    """Whether a forced `kernel` really runs on this GPU (the dispatcher falls
+    back to its own choice otherwise, which would only repeat 'auto')."""
+    probe = torch.empty(512, 512, device="cuda")
+    with pygpukit_torch.force_kernel(kernel):
+        return pygpukit_torch.kernel_info(probe, probe).startswith(kernel)
+
+
+@pytest.fixture(autouse=True)
+def _forced_kernel(request):
+    callspec = getattr(request.node, "callspec", None)
+    kernel = callspec.params.get("kernel", "auto") if callspec else "auto"
+    if kernel == "auto":
+        yield
+        return
+    if not _kernel_runs_here(kernel):
+        pytest.skip(f"the {kernel} kernel does not run on this GPU or build")
+    with pygpukit_torch.force_kernel(kernel):
+        yield
 
 
 def matmul_reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

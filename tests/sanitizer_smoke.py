@@ -12,7 +12,7 @@ import pygpukit_torch
 
 torch.manual_seed(0)
 cases = [(1, 1, 1), (67, 45, 131), (130, 260, 37), (257, 129, 65)]
-for kernel in ("mma_sync_large", "mma_sync_medium", "mma_sync_small", "fma"):
+for kernel in ("wgmma", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "fma"):
     os.environ["PYGPUKIT_KERNEL"] = kernel
     for m, n, k in cases:
         for ta in (False, True):

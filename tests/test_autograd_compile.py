@@ -8,6 +8,7 @@ import sys
 import pytest
 import torch
 
+import pygpukit_torch
 from pygpukit_torch import matmul_tf32
 from conftest import DEVICES, HAS_CUDA, rel_error, requires_cuda
 
@@ -120,5 +121,18 @@ print(float(out[0, 0]) - 1)
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 def test_kernel_info_names_a_kernel():
     a, b = torch.randn(4096, 4096, device="cuda"), torch.randn(4096, 4096, device="cuda")
-    assert torch.ops.pygpukit.matmul_kernel_info(a, b).startswith("mma_sync")
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    assert torch.ops.pygpukit.matmul_kernel_info(a, b).startswith("wgmma" if hopper else "mma_sync")
     assert torch.ops.pygpukit.matmul_kernel_info(a, b, precision="ieee").startswith("fma")
+    with pygpukit_torch.force_kernel("mma_sync_medium"):
+        assert torch.ops.pygpukit.matmul_kernel_info(a, b).startswith("mma_sync 128x128x32")
+
+
+def test_force_kernel_rejects_unknown_names_and_restores_the_environment():
+    before = os.environ.get("PYGPUKIT_KERNEL")
+    with pytest.raises(ValueError, match="unknown kernel 'cublas'"):
+        with pygpukit_torch.force_kernel("cublas"):
+            pass
+    with pygpukit_torch.force_kernel("fma"):
+        assert os.environ["PYGPUKIT_KERNEL"] == "fma"
+    assert os.environ.get("PYGPUKIT_KERNEL") == before

@@ -6,8 +6,8 @@ import torch
 
 from pygpukit_torch import matmul_tf32
 from pygpukit_torch.testing import cublas_tf32
-from conftest import (DEVICES, assert_matmul_close, matmul_reference, poison_next_output,
-                      rel_error, requires_cuda, requires_two_gpus)
+from conftest import (DEVICE_KERNELS, DEVICES, assert_matmul_close, matmul_reference, poison_next_output,
+                      rel_error, requires_cuda, requires_two_gpus, CUDA_KERNELS)
 
 
 def run(a, b, precision=None):
@@ -23,24 +23,25 @@ ODD = [(1, 1, 1), (17, 33, 65), (127, 129, 131), (1, 4096, 4096), (4096, 1, 300)
 SMALL_K = [(37, 45, k) for k in range(1, 41)]
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device,kernel", DEVICE_KERNELS)
 @pytest.mark.parametrize("n", SQUARES)
-def test_squares(device, n):
+def test_squares(device, kernel, n):
     a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
     assert_matmul_close(run(a, b), a, b)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device,kernel", DEVICE_KERNELS)
 @pytest.mark.parametrize("m,n,k", ODD + SMALL_K)
-def test_odd_shapes(device, m, n, k):
+def test_odd_shapes(device, kernel, m, n, k):
     a, b = torch.randn(m, k, device=device), torch.randn(k, n, device=device)
     assert_matmul_close(run(a, b), a, b)
 
 
 @requires_cuda
+@pytest.mark.parametrize("kernel", CUDA_KERNELS)
 @pytest.mark.parametrize("m,n,k", [(2048, 2048, 2048), (4096, 4096, 4096), (4095, 4097, 4099),
                                    (512, 11008, 4096), (256, 14336, 8192), (8192, 512, 1024)])
-def test_large_shapes_cuda(m, n, k):
+def test_large_shapes_cuda(m, n, k, kernel):
     a, b = torch.randn(m, k, device="cuda"), torch.randn(k, n, device="cuda")
     assert_matmul_close(run(a, b), a, b)
 
@@ -49,7 +50,8 @@ def test_large_shapes_cuda(m, n, k):
 @pytest.mark.parametrize("m,n,k", [(256, 256, 256), (1024, 1024, 1024), (4096, 4096, 4096),
                                    (4095, 4097, 4099), (2048, 512, 8192)])
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
-def test_error_matches_cublas_tf32(m, n, k, layout):
+@pytest.mark.parametrize("kernel", CUDA_KERNELS)
+def test_error_matches_cublas_tf32(m, n, k, layout, kernel):
     """Round-to-nearest inputs give cuBLAS TF32's error; truncation is ~2.6x worse."""
     a = torch.randn(m, k, device="cuda") if layout[0] == "n" else torch.randn(k, m, device="cuda").t()
     b = torch.randn(k, n, device="cuda") if layout[1] == "n" else torch.randn(n, k, device="cuda").t()
@@ -60,8 +62,8 @@ def test_error_matches_cublas_tf32(m, n, k, layout):
     assert ours <= 1.05 * cublas, (ours, cublas)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_rounds_to_nearest_not_truncates(device):
+@pytest.mark.parametrize("device,kernel", DEVICE_KERNELS)
+def test_rounds_to_nearest_not_truncates(device, kernel):
     # 1 + 2^-11 + 2^-12 lies above the midpoint between the TF32 neighbours 1
     # and 1 + 2^-10: round to nearest gives 1 + 2^-10, truncation gives 1.
     n = 1024
@@ -93,30 +95,30 @@ def _operand(rows, cols, kind, device):
 KINDS = ["row", "col", "offset", "offset_col", "strided", "expanded_rows", "expanded_cols"]
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device,kernel", DEVICE_KERNELS)
 @pytest.mark.parametrize("kind_a", KINDS)
 @pytest.mark.parametrize("kind_b", KINDS)
 @pytest.mark.parametrize("m,n,k", [(67, 45, 131), (256, 128, 64)])
-def test_layouts_and_strides(device, kind_a, kind_b, m, n, k):
+def test_layouts_and_strides(device, kernel, kind_a, kind_b, m, n, k):
     a, b = _operand(m, k, kind_a, device), _operand(k, n, kind_b, device)
     assert_matmul_close(run(a, b), a, b)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device,kernel", DEVICE_KERNELS)
 @pytest.mark.parametrize("a_shape,b_shape", [
     ((5,), (5,)), ((5,), (5, 3)), ((4, 5), (5,)), ((3, 4, 5), (5,)), ((5,), (2, 5, 3)),
     ((3, 4, 5), (5, 6)), ((4, 5), (3, 5, 6)), ((2, 3, 4, 5), (3, 5, 6)), ((2, 1, 4, 5), (1, 3, 5, 6)),
     ((7, 1, 33, 17), (5, 17, 9)), ((6, 130, 70), (6, 70, 129)),
 ])
-def test_batched_broadcast(device, a_shape, b_shape):
+def test_batched_broadcast(device, kernel, a_shape, b_shape):
     a, b = torch.randn(a_shape, device=device), torch.randn(b_shape, device=device)
     out = run(a, b)
     assert out.shape == torch.matmul(a, b).shape
     assert_matmul_close(out, a, b)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_batched_transposed_and_expanded(device):
+@pytest.mark.parametrize("device,kernel", DEVICE_KERNELS)
+def test_batched_transposed_and_expanded(device, kernel):
     a = torch.randn(4, 40, 30, device=device).mT          # [4, 30, 40], column-major matrices
     b = torch.randn(40, 20, device=device).expand(4, 40, 20)  # batch stride 0
     assert_matmul_close(run(a, b), a, b)
@@ -141,9 +143,9 @@ def test_empty(device, a_shape, b_shape):
     assert torch.equal(out, torch.zeros_like(out))  # K = 0 gives zeros
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device,kernel", DEVICE_KERNELS)
 @pytest.mark.parametrize("precision", ["tf32", "ieee"])
-def test_nan_inf_propagate_like_torch(device, precision):
+def test_nan_inf_propagate_like_torch(device, kernel, precision):
     a, b = torch.randn(64, 48, device=device), torch.randn(48, 40, device=device)
     a[3, 5], a[10, 7], b[2, 9], b[20, 30] = float("nan"), float("inf"), float("-inf"), float("inf")
     a[11, :], b[:, 31] = 0.0, 0.0
@@ -164,7 +166,8 @@ def test_ieee_precision(device, m, n, k):
 
 
 @requires_cuda
-def test_deterministic_over_500_calls():
+@pytest.mark.parametrize("kernel", CUDA_KERNELS)
+def test_deterministic_over_500_calls(kernel):
     a, b = torch.randn(1000, 700, device="cuda"), torch.randn(700, 900, device="cuda")
     first = matmul_tf32(a, b)
     for _ in range(500):
@@ -188,7 +191,8 @@ def test_tensor_on_cuda1_while_cuda0_current():
 
 
 @requires_cuda
-def test_cuda_graph_capture_and_replay():
+@pytest.mark.parametrize("kernel", CUDA_KERNELS)
+def test_cuda_graph_capture_and_replay(kernel):
     a, b = torch.randn(300, 200, device="cuda"), torch.randn(200, 100, device="cuda")
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -206,7 +210,8 @@ def test_cuda_graph_capture_and_replay():
 
 
 @requires_cuda
-def test_more_than_2_31_elements():
+@pytest.mark.parametrize("kernel", CUDA_KERNELS)
+def test_more_than_2_31_elements(kernel):
     # A has 2^31 + 4096·8 elements: offsets past 2^31 must not wrap.
     m, k, n = 2 ** 31 // 4096 + 8, 4096, 8
     a = torch.empty(m, k, device="cuda")

@@ -8,6 +8,8 @@
 #include "fma_gemm.h"
 #include "gemm_problem.h"
 #include "mma_sync_config.h"
+#include "pack_kmajor.h"
+#include "wgmma_config.h"
 
 namespace pygpukit {
 namespace {
@@ -36,7 +38,7 @@ const DeviceInfo& device_info(int device) {
   return info[device];
 }
 
-enum class Kernel { kMmaSyncLarge, kMmaSyncMedium, kMmaSyncSmall, kFma };
+enum class Kernel { kWgmma, kMmaSyncLarge, kMmaSyncMedium, kMmaSyncSmall, kFma };
 
 struct Choice {
   Kernel kernel;
@@ -61,11 +63,23 @@ bool fits_and_fills(const GemmProblem& p, const DeviceInfo& d) {
   return fits<Config>(p, d) && Config::tiles(p.M, p.N) * p.batch >= d.sm_count;
 }
 
+// Whether this build holds the sm_90a kernel and the device can run it
+// (exactly compute capability 9.0: sm_90a code runs on nothing else).
+bool wgmma_available(const DeviceInfo& d) {
+#ifdef PYGPUKIT_HAS_SM90A
+  return d.cc_major == 9 && d.cc_minor == 0 && d.smem_per_block_optin >= WgmmaLarge::kSmemBytes;
+#else
+  (void)d;
+  return false;
+#endif
+}
+
 // PYGPUKIT_KERNEL forces a kernel family or configuration, for tests and
-// benchmarks: auto (default), mma_sync_large, mma_sync_medium,
-// mma_sync_small, fma. A forced configuration that cannot run the problem
-// (large tile with unaligned operands, too little shared memory) falls back
-// to the automatic choice rather than fail.
+// benchmarks: auto (default), wgmma, mma_sync (the family, automatic tile),
+// mma_sync_large, mma_sync_medium, mma_sync_small, fma. A forced kernel that
+// cannot run the problem (wgmma off Hopper, large tile with unaligned
+// operands, too little shared memory) falls back to the automatic choice
+// rather than fail.
 std::string forced_kernel() {
   const char* env = std::getenv("PYGPUKIT_KERNEL");
   return env ? env : "auto";
@@ -78,9 +92,14 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
                      aligned16(p.B, p.ldb, p.batch_stride_b);
   const std::string forced = forced_kernel();
   if (forced == "fma") return {Kernel::kFma, false};
+  const bool wgmma = wgmma_available(d);
+  if (forced == "wgmma" && wgmma) return {Kernel::kWgmma, false};
   if (forced == "mma_sync_large" && vec16 && fits<MmaSyncLarge>(p, d)) return {Kernel::kMmaSyncLarge, true};
   if (forced == "mma_sync_medium" && fits<MmaSyncMedium>(p, d)) return {Kernel::kMmaSyncMedium, vec16};
   if (forced == "mma_sync_small") return {Kernel::kMmaSyncSmall, vec16};
+  // On Hopper, wgmma whenever its 128x256 tiles fill the GPU.
+  if (wgmma && forced == "auto" && WgmmaLarge::tiles(p.M, p.N) * p.batch >= d.sm_count)
+    return {Kernel::kWgmma, false};
   // The largest tile that still gives every SM work: larger tiles issue more
   // MMAs per fragment load and read less from L2 per FLOP. The large tile
   // has no 4-byte-load variant: its 12 scalar copies per thread and stage
@@ -122,11 +141,75 @@ int current_device() {
   return device;
 }
 
+// How the wgmma path gets its operands K-major and TMA-aligned: in place, or
+// through a packed copy in the workspace (a transposed A or row-major B, or a
+// leading dimension / base pointer that is not 16-byte aligned).
+struct WgmmaPlan {
+  bool pack_a = false, pack_b = false;
+  int64_t batch_a = 1, batch_b = 1;  // entries to pack: 1 for a broadcast operand
+  size_t bytes_a = 0, bytes_b = 0;   // workspace bytes, each rounded up to 256
+};
+
+WgmmaPlan plan_wgmma(const GemmProblem& p) {
+  auto bytes = [](int64_t batch, int64_t rows, int64_t K) {
+    return size_t((batch * rows * packed_ld(K) * 4 + 255) / 256 * 256);
+  };
+  WgmmaPlan w;
+  w.pack_a = !(p.layout_a == Layout::kRowMajor &&
+               wgmma_operand_ready(p.A, p.M, p.lda, p.batch, p.batch_stride_a));
+  w.pack_b = !(p.layout_b == Layout::kColMajor &&
+               wgmma_operand_ready(p.B, p.N, p.ldb, p.batch, p.batch_stride_b));
+  w.batch_a = p.batch_stride_a == 0 ? 1 : p.batch;
+  w.batch_b = p.batch_stride_b == 0 ? 1 : p.batch;
+  if (w.pack_a) w.bytes_a = bytes(w.batch_a, p.M, p.K);
+  if (w.pack_b) w.bytes_b = bytes(w.batch_b, p.N, p.K);
+  return w;
+}
+
+// Copies one operand (rows x K; K-major when its layout is `k_major_layout`)
+// to `dst` as a packed K-major matrix and points the operand fields at it.
+cudaError_t pack_operand(const float*& ptr, int64_t& ld, Layout& layout, int64_t& batch_stride,
+                         Layout k_major_layout, int64_t rows, int64_t K, int64_t batch,
+                         float* dst, cudaStream_t stream) {
+  const cudaError_t err = launch_pack_kmajor(ptr, layout == k_major_layout, ld, batch_stride,
+                                             rows, K, batch, dst, stream);
+  ptr = dst;
+  ld = packed_ld(K);
+  layout = k_major_layout;
+  batch_stride = batch == 1 ? 0 : rows * ld;
+  return err;
+}
+
+// Packs what plan_wgmma says into `workspace`, then runs the wgmma kernel on
+// the K-major operands.
+cudaError_t run_wgmma(GemmProblem p, void* workspace, cudaStream_t stream) {
+  const WgmmaPlan w = plan_wgmma(p);
+  auto* ws = static_cast<uint8_t*>(workspace);
+  cudaError_t err = cudaSuccess;
+  if (w.pack_a)
+    err = pack_operand(p.A, p.lda, p.layout_a, p.batch_stride_a, Layout::kRowMajor, p.M, p.K,
+                       w.batch_a, reinterpret_cast<float*>(ws), stream);
+  if (w.pack_b && err == cudaSuccess)
+    err = pack_operand(p.B, p.ldb, p.layout_b, p.batch_stride_b, Layout::kColMajor, p.N, p.K,
+                       w.batch_b, reinterpret_cast<float*>(ws + w.bytes_a), stream);
+  return err == cudaSuccess ? launch_wgmma_gemm(p, stream) : err;
+}
+
 }  // namespace
 
-cudaError_t run_gemm(const GemmProblem& p, Precision precision, cudaStream_t stream) {
+size_t gemm_workspace_bytes(const GemmProblem& p, Precision precision) {
+  const Choice c = choose(p, precision, device_info(current_device()));
+  if (c.kernel != Kernel::kWgmma) return 0;
+  const WgmmaPlan w = plan_wgmma(p);
+  return w.bytes_a + w.bytes_b;
+}
+
+cudaError_t run_gemm(const GemmProblem& p, Precision precision, void* workspace,
+                     cudaStream_t stream) {
   const Choice c = choose(p, precision, device_info(current_device()));
   switch (c.kernel) {
+    case Kernel::kWgmma:
+      return run_wgmma(p, workspace, stream);
     case Kernel::kMmaSyncLarge:
       return launch_mma_sync_width<MmaSyncLarge, true>(p, stream);
     case Kernel::kMmaSyncMedium:
@@ -143,6 +226,16 @@ std::string describe_gemm(const GemmProblem& p, Precision precision) {
   const Choice c = choose(p, precision, device_info(current_device()));
   std::string name;
   switch (c.kernel) {
+    case Kernel::kWgmma: {
+      const WgmmaPlan w = plan_wgmma(p);
+      name = "wgmma " + std::to_string(WgmmaLarge::BM) + "x" + std::to_string(WgmmaLarge::BN) +
+             "x" + std::to_string(WgmmaLarge::BK) + " stages " +
+             std::to_string(WgmmaLarge::kStages);
+      if (w.pack_a || w.pack_b)
+        name += std::string(" after packing ") + (w.pack_a ? (w.pack_b ? "A and B" : "A") : "B") +
+                " K-major";
+      break;
+    }
     case Kernel::kMmaSyncLarge:
       name = mma_sync_name<MmaSyncLarge>();
       break;
@@ -157,7 +250,8 @@ std::string describe_gemm(const GemmProblem& p, Precision precision) {
       break;
   }
   name += std::string(" (A ") + layout_name(p.layout_a) + ", B " + layout_name(p.layout_b);
-  if (c.kernel != Kernel::kFma) name += c.vec16 ? ", 16-byte loads" : ", 4-byte loads";
+  if (c.kernel != Kernel::kFma && c.kernel != Kernel::kWgmma)
+    name += c.vec16 ? ", 16-byte loads" : ", 4-byte loads";
   return name + ")";
 }
 

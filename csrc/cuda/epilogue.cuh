@@ -2,6 +2,8 @@
 // registers to one accumulator element right before its only store to C.
 #pragma once
 
+#include <cstdint>
+
 #include "gemm_problem.h"
 
 namespace pygpukit {
@@ -30,6 +32,33 @@ __device__ __forceinline__ float epilogue_value(const Epilogue& ep, float acc,
                                                 int64_t col) {
   if (ep.bias != nullptr) acc += ep.bias[col];
   return apply_activation(acc, ep.activation);
+}
+
+// Whether (row, col), (row, col + 1) pairs of C, col even, can be stored as
+// one 8-byte float2.
+__device__ __forceinline__ bool pair_stores_aligned(const float* C, int64_t ldc) {
+  return ldc % 2 == 0 && reinterpret_cast<uintptr_t>(C) % 8 == 0;
+}
+
+// Stores the epilogue of the accumulator pair (acc0, acc1) at C[row, col],
+// C[row, col + 1] (col even), skipping whatever lies outside the M x N output.
+__device__ __forceinline__ void store_pair(const Epilogue& ep, float* C, int64_t ldc, int64_t M,
+                                           int64_t N, int64_t row, int64_t col, float acc0,
+                                           float acc1, bool pair_stores) {
+  if (row >= M || col >= N) return;
+  float* out = C + row * ldc + col;
+  const float v0 = epilogue_value(ep, acc0, col);
+  if (col + 1 >= N) {
+    out[0] = v0;
+    return;
+  }
+  const float v1 = epilogue_value(ep, acc1, col + 1);
+  if (pair_stores) {
+    *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
+  } else {
+    out[0] = v0;
+    out[1] = v1;
+  }
 }
 
 }  // namespace pygpukit

@@ -5,6 +5,7 @@
 // knows about at::Tensor.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -35,10 +36,17 @@ struct GemmProblem {
   Epilogue epilogue;
 };
 
+// Bytes of device scratch memory run_gemm needs for `problem` on the current
+// device (0 for most problems; the Hopper path stages operands it cannot read
+// in place). The caller allocates it, so all memory comes from its allocator.
+size_t gemm_workspace_bytes(const GemmProblem& problem, Precision precision);
+
 // Runs `problem` on the current device, on `stream`, with no host
-// synchronization and no allocation. Requires M, N, K >= 1 and batch >= 1.
-// Returns the launch's cudaError_t (cudaSuccess when launched).
-cudaError_t run_gemm(const GemmProblem& problem, Precision precision,
+// synchronization and no allocation. Requires M, N, K >= 1 and batch >= 1,
+// and `workspace` pointing to gemm_workspace_bytes(problem, precision) bytes
+// (256-byte aligned) that stay untouched until the work on `stream` is done.
+// Returns the first launch error (cudaSuccess when launched).
+cudaError_t run_gemm(const GemmProblem& problem, Precision precision, void* workspace,
                      cudaStream_t stream);
 
 // A short human-readable name of the kernel and tile configuration that

@@ -111,7 +111,14 @@ at::Tensor matmul_tf32_cuda(const at::Tensor& a, const at::Tensor& b,
   if (s.K == 0) return out.zero_();
   Operand A, B;
   const GemmProblem p = make_problem(a, b, s, out, A, B);
-  const cudaError_t err = run_gemm(p, prec, at::cuda::getCurrentCUDAStream());
+  // Scratch for the Hopper path's operand staging, from torch's caching
+  // allocator on this stream (freed back to it once the stream is done).
+  const size_t workspace_bytes = gemm_workspace_bytes(p, prec);
+  at::Tensor workspace;
+  if (workspace_bytes > 0)
+    workspace = at::empty({static_cast<int64_t>(workspace_bytes)}, a.options().dtype(at::kByte));
+  const cudaError_t err = run_gemm(p, prec, workspace_bytes > 0 ? workspace.data_ptr() : nullptr,
+                                   at::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, "matmul_tf32: kernel launch failed (", describe_gemm(p, prec),
               "): ", cudaGetErrorString(err));
   return out;

@@ -8,20 +8,16 @@
 #include <cstdint>
 
 #include "epilogue.cuh"
+#include "launch_util.h"
 #include "mma_sync_config.h"
 #include "ptx.cuh"
+#include "tile_raster.cuh"
 
 namespace pygpukit {
 namespace mma_sync_detail {
 
-// Threadblocks are rasterized in groups of this many tile rows, so that the
-// ~kGroupM * tiles_n blocks resident at once share A row panels and B column
-// panels in L2 (the "grouped ordering" of Triton's matmul tutorial).
+// Threadblocks are rasterized in groups of this many tile rows (grouped_tile).
 constexpr int64_t kGroupM = 8;
-
-__device__ __forceinline__ int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
 
 // Copies the kRows x kCols block at (row0, col0) of a matrix whose element
 // (r, c) lives at gmem[r * ld + c] into one stage of shared memory. Elements
@@ -107,12 +103,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   // Grouped rasterization of blockIdx.x over the output tiles.
   const int64_t tiles_m = ceil_div(p.M, Cfg::BM), tiles_n = ceil_div(p.N, Cfg::BN);
-  const int64_t pid = blockIdx.x;
-  const int64_t group_size = kGroupM * tiles_n;
-  const int64_t first_m = (pid / group_size) * kGroupM;
-  const int64_t group_m = min(tiles_m - first_m, kGroupM);
-  const int64_t m0 = (first_m + (pid % group_size) % group_m) * Cfg::BM;
-  const int64_t n0 = ((pid % group_size) / group_m) * Cfg::BN;
+  const TileCoord tile = grouped_tile<kGroupM>(blockIdx.x, tiles_m, tiles_n);
+  const int64_t m0 = tile.m * Cfg::BM, n0 = tile.n * Cfg::BN;
   const int64_t k_tiles = ceil_div(p.K, Cfg::BK);
 
   // gridDim.y is capped at 65535; larger batches loop.
@@ -218,8 +210,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     // Epilogue: each thread owns pairs (row, col..col+1) of C.
     float* C = p.C + batch * p.batch_stride_c;
-    const bool pair_stores =
-        (p.ldc % 2 == 0) && (reinterpret_cast<uintptr_t>(C) % 8 == 0);
+    const bool pair_stores = pair_stores_aligned(C, p.ldc);
 #pragma unroll
     for (int i = 0; i < MI; ++i) {
 #pragma unroll
@@ -228,20 +219,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int64_t row = m0 + warp_m0 + i * 16 + g + 8 * h;
-          if (row >= p.M || col >= p.N) continue;
-          float* out = C + row * p.ldc + col;
-          const float v0 = epilogue_value(p.epilogue, acc[i][j][2 * h], col);
-          if (col + 1 < p.N) {
-            const float v1 = epilogue_value(p.epilogue, acc[i][j][2 * h + 1], col + 1);
-            if (pair_stores) {
-              *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
-            } else {
-              out[0] = v0;
-              out[1] = v1;
-            }
-          } else {
-            out[0] = v0;
-          }
+          store_pair(p.epilogue, C, p.ldc, p.M, p.N, row, col, acc[i][j][2 * h],
+                     acc[i][j][2 * h + 1], pair_stores);
         }
       }
     }
@@ -249,20 +228,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 }
 
 }  // namespace mma_sync_detail
-
-// Sets a kernel's dynamic shared memory limit (needed above 48 KB) once per
-// device, keeping the host call off the per-launch path. `done` is the
-// caller's own per-kernel flag word: bit d set once device d is configured.
-inline cudaError_t allow_dynamic_smem(const void* kernel, int bytes, std::atomic<uint64_t>& done) {
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
-  if (bit != 0 && (done.load(std::memory_order_acquire) & bit)) return cudaSuccess;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (err == cudaSuccess) done.fetch_or(bit, std::memory_order_acq_rel);
-  return err;
-}
 
 template <class Config, Layout kLayoutA, Layout kLayoutB, bool kVec16>
 cudaError_t launch_mma_sync_gemm(const GemmProblem& p, cudaStream_t stream) {

@@ -1,0 +1,53 @@
+// Tile configuration of the Hopper (sm_90a) TF32 kernel and the declaration
+// of its launcher. The kernel is in wgmma_gemm.cu; see the Hopper section of
+// docs/tf32_tensorcore_design.md.
+#pragma once
+
+#include <cstdint>
+
+#include "gemm_problem.h"
+
+namespace pygpukit {
+
+// Threadblock tile BM x BN x BK with a kStages-deep TMA pipeline. One
+// producer warpgroup issues the TMA copies; BM / 64 consumer warpgroups each
+// own 64 rows of the tile and issue wgmma.m64n{BN}k8 on them.
+template <int BM_, int BN_, int kStages_>
+struct WgmmaConfig {
+  static constexpr int BM = BM_, BN = BN_;
+  // One 128-byte swizzle atom of TF32 along K: the widest box a
+  // CU_TENSOR_MAP_SWIZZLE_128B copy may have.
+  static constexpr int BK = 32;
+  static constexpr int kStages = kStages_;
+  static constexpr int kConsumers = BM / 64;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kStageBytesA = BM * BK * 4, kStageBytesB = BN * BK * 4;
+  static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
+  // Tiles plus full/empty mbarriers, plus slack to align the tiles to the
+  // 1024 bytes that the 128-byte swizzle pattern repeats over.
+  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + 1024;
+  static_assert(BM % 64 == 0 && BN == 256, "the consumer issues wgmma.m64n256k8");
+  static_assert(kStageBytesA % 1024 == 0, "every tile must start 1024-byte aligned");
+
+  static constexpr int64_t tiles(int64_t M, int64_t N) {
+    return ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
+  }
+};
+
+// 128x256x32, 2 consumer warpgroups of 64x256 (128 accumulators per thread),
+// 4 stages of 48 KB: 193 KB of the H200's 227 KB per block.
+using WgmmaLarge = WgmmaConfig<128, 256, 4>;
+
+// Whether TMA can read a K-major operand in place: 16-byte aligned base, and
+// row and batch strides that are multiples of 16 bytes (a stride that is
+// never used, for one row or one batch entry, does not count).
+bool wgmma_operand_ready(const float* ptr, int64_t rows, int64_t ld, int64_t batch,
+                         int64_t batch_stride);
+
+// Runs `problem` (both operands K-major: A row-major, B column-major, each
+// wgmma_operand_ready) with the wgmma kernel. Requires a device of compute
+// capability 9.0 and a build with sm_90a; returns cudaErrorInvalidValue if a
+// tensor map cannot be encoded.
+cudaError_t launch_wgmma_gemm(const GemmProblem& problem, cudaStream_t stream);
+
+}  // namespace pygpukit

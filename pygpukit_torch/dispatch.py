@@ -1,0 +1,49 @@
+"""Overriding the kernel dispatcher, for tests and benchmarks.
+
+The C++ dispatcher (csrc/cuda/dispatch.cu) picks a kernel per call from the
+GPU, the shape, the layouts and the alignment. ``PYGPUKIT_KERNEL`` in the
+environment, read on every call, overrides that choice; :func:`force_kernel`
+sets it for the duration of a ``with`` block. A forced kernel that cannot run
+a given problem (``wgmma`` off Hopper, ``mma_sync_large`` with unaligned
+operands) falls back to the automatic choice; :func:`pygpukit_torch.kernel_info`
+tells what a call actually runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Iterator
+
+KERNELS = ("auto", "wgmma", "mma_sync", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "fma")
+_ENV = "PYGPUKIT_KERNEL"
+
+
+@contextlib.contextmanager
+def force_kernel(kernel: str) -> Iterator[None]:
+    """Run every pygpukit GEMM inside the block on ``kernel``.
+
+    Args:
+        kernel: one of :data:`KERNELS`. ``wgmma``: the Hopper TMA + wgmma
+            kernel (sm_90a builds on compute capability 9.0). ``mma_sync``:
+            the portable mma.sync kernel with its automatic tile choice;
+            ``mma_sync_large|medium|small``: one tile configuration. ``fma``:
+            the FP32 CUDA-core kernel. ``auto``: the dispatcher's choice.
+
+    Raises:
+        ValueError: an unknown kernel name.
+
+    The override is process-wide (an environment variable), so it is not
+    meant for concurrent use from several threads.
+    """
+    if kernel not in KERNELS:
+        raise ValueError(f"force_kernel: unknown kernel {kernel!r}; expected one of {', '.join(KERNELS)}")
+    previous = os.environ.get(_ENV)
+    os.environ[_ENV] = kernel
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ[_ENV]
+        else:
+            os.environ[_ENV] = previous
