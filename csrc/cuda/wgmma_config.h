@@ -11,10 +11,14 @@ namespace pygpukit {
 
 // Threadblock tile BM x BN x BK with a kStages-deep TMA pipeline. One
 // producer warpgroup issues the TMA copies; BM / 64 consumer warpgroups each
-// own 64 rows of the tile and issue wgmma.m64n{BN}k8 on them.
-template <int BM_, int BN_, int kStages_>
+// own 64 rows of the tile and issue wgmma.m64n{BN}k8 on them. Threadblocks
+// run in clusters of kClusterM along M that share their B tile: each loads
+// 1 / kClusterM of it and multicasts that part to all, which cuts the L2->SM
+// traffic per FLOP (what limits a TF32 GEMM, whose operands are twice the
+// bytes of BF16 ones at half the FLOP rate).
+template <int BM_, int BN_, int kStages_, int kClusterM_>
 struct WgmmaConfig {
-  static constexpr int BM = BM_, BN = BN_;
+  static constexpr int BM = BM_, BN = BN_, kClusterM = kClusterM_;
   // One 128-byte swizzle atom of TF32 along K: the widest box a
   // CU_TENSOR_MAP_SWIZZLE_128B copy may have.
   static constexpr int BK = 32;
@@ -23,20 +27,31 @@ struct WgmmaConfig {
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kStageBytesA = BM * BK * 4, kStageBytesB = BN * BK * 4;
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
-  // Tiles plus full/empty mbarriers, plus slack to align the tiles to the
-  // 1024 bytes that the 128-byte swizzle pattern repeats over.
-  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + 1024;
+  // The epilogue stages C through shared memory in 64 x 32 chunks (one
+  // 128-byte swizzle atom wide), double-buffered per consumer warpgroup, and
+  // TMA stores them: coalesced, clipped at the edges, and asynchronous, so
+  // the consumers start the next tile while the stores drain.
+  static constexpr int kEpilogueCols = 32;
+  static constexpr int kEpilogueBufferBytes = 64 * kEpilogueCols * 4;
+  static constexpr int kEpilogueBytes = kConsumers * 2 * kEpilogueBufferBytes;
+  // Tiles, epilogue buffers and full/empty mbarriers, plus slack to align
+  // the tiles to the 1024 bytes that the 128-byte swizzle pattern repeats over.
+  static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + 2 * kStages * 8 + 1024;
   static_assert(BM % 64 == 0 && BN == 256, "the consumer issues wgmma.m64n256k8");
-  static_assert(kStageBytesA % 1024 == 0, "every tile must start 1024-byte aligned");
+  static_assert(kStageBytesA % 1024 == 0 && (BN / kClusterM) % 8 == 0,
+                "every tile and multicast slice must start 1024-byte aligned");
 
+  // Threadblocks covering an M x N output: whole clusters, so along M the
+  // tile count is rounded up to a multiple of kClusterM.
   static constexpr int64_t tiles(int64_t M, int64_t N) {
-    return ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
+    return ((M + BM * kClusterM - 1) / (BM * kClusterM)) * kClusterM * ((N + BN - 1) / BN);
   }
 };
 
 // 128x256x32, 2 consumer warpgroups of 64x256 (128 accumulators per thread),
-// 4 stages of 48 KB: 193 KB of the H200's 227 KB per block.
-using WgmmaLarge = WgmmaConfig<128, 256, 4>;
+// 4 stages of 48 KB and 32 KB of epilogue buffers: 225 KB of the H200's
+// 227 KB per block; clusters of 2 along M.
+using WgmmaLarge = WgmmaConfig<128, 256, 4, 2>;
 
 // Whether TMA can read a K-major operand in place: 16-byte aligned base, and
 // row and batch strides that are multiples of 16 bytes (a stride that is

@@ -4,8 +4,9 @@
 // TF32 rounding is free: the tensor maps declare the data TFLOAT32, so TMA
 // rounds each element to nearest while copying it (the approach of CUTLASS's
 // sm90 TF32 kernels; see docs/tf32_tensorcore_design.md).
+#include <algorithm>
+#include <array>
 #include <atomic>
-#include <mutex>
 
 #include <cuda.h>
 
@@ -28,67 +29,122 @@ struct WgmmaParams {
   // Batch coordinate multiplier of each tensor map: 1, or 0 for an operand
   // broadcast over the batch.
   int batch_step_a, batch_step_b;
+  // C is TMA-storable (16-byte aligned base, ldc and batch stride multiples
+  // of 4); otherwise the epilogue stores from registers.
+  bool tma_store;
 };
 
+// One output tile of the persistent schedule.
+struct WorkTile {
+  int64_t batch, m0, n0;
+};
+
+// Work item w of the persistent schedule: a cluster tile (kClusterM
+// vertically adjacent threadblock tiles, block `rank` taking the rank-th)
+// of one batch entry. Cluster tiles are numbered batch entry by batch entry,
+// in grouped order inside each (tile_raster.cuh).
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
-    wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_a,
-                      const __grid_constant__ CUtensorMap map_b, const WgmmaParams p) {
+__device__ __forceinline__ WorkTile work_tile(const WgmmaParams& p, int64_t w, uint32_t rank) {
+  const int64_t cluster_tiles_m = ceil_div(p.M, Cfg::BM * Cfg::kClusterM);
+  const int64_t tiles_n = ceil_div(p.N, Cfg::BN);
+  const int64_t per_batch = cluster_tiles_m * tiles_n;
+  const TileCoord t = grouped_tile<kGroupM>(w % per_batch, cluster_tiles_m, tiles_n);
+  return {w / per_batch, (t.m * Cfg::kClusterM + rank) * Cfg::BM, t.n * Cfg::BN};
+}
+
+template <class Cfg>
+__host__ __device__ __forceinline__ int64_t work_count(int64_t M, int64_t N, int64_t batch) {
+  return ceil_div(M, Cfg::BM * Cfg::kClusterM) * ceil_div(N, Cfg::BN) * batch;
+}
+
 #if PYGPUKIT_SM90A_DEVICE
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* const smem = reinterpret_cast<uint8_t*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-  // Stage s: A tile [BM][BK] then B tile [BN][BK], both K-major, swizzled.
-  auto tile_a = [&](int s) { return smem + s * Cfg::kStageBytes; };
-  auto tile_b = [&](int s) { return smem + s * Cfg::kStageBytes + Cfg::kStageBytesA; };
-  uint64_t* const full = reinterpret_cast<uint64_t*>(smem + Cfg::kStages * Cfg::kStageBytes);
-  uint64_t* const empty = full + Cfg::kStages;
-
-  const int warpgroup = threadIdx.x / 128;
-  const int lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < Cfg::kStages; ++s) {
-      ptx::mbarrier_init(&full[s], 1);                     // the producer's expect_tx
-      ptx::mbarrier_init(&empty[s], Cfg::kConsumers * 4);  // every consumer warp
-    }
-    ptx::fence_barrier_init();
-  }
-  __syncthreads();
-
-  const int64_t tiles_m = ceil_div(p.M, Cfg::BM), tiles_n = ceil_div(p.N, Cfg::BN);
-  const TileCoord tile = grouped_tile<kGroupM>(blockIdx.x, tiles_m, tiles_n);
-  const int64_t m0 = tile.m * Cfg::BM, n0 = tile.n * Cfg::BN;
-  const int k_tiles = int(ceil_div(p.K, Cfg::BK));
-
-  if (warpgroup == 0) {
-    // Producer: one thread walks the k-tiles of every batch entry, refilling
-    // a stage as soon as all consumer warps released it.
-    if (threadIdx.x != 0) return;
-    int it = 0;  // pipeline slot counter, continuous across batch entries
-    for (int64_t b = blockIdx.y; b < p.batch; b += gridDim.y) {
-      for (int kt = 0; kt < k_tiles; ++kt, ++it) {
-        const int s = it % Cfg::kStages;
-        // Waits for the consumers to free slot s; the first pass over the
-        // slots waits on the phase "before" a fresh barrier, which counts
-        // as completed.
-        ptx::mbarrier_wait(&empty[s], ((it / Cfg::kStages) & 1) ^ 1);
-        ptx::mbarrier_arrive_expect_tx(&full[s], Cfg::kStageBytes);
-        ptx::tma_load_3d(tile_a(s), &map_a, &full[s], kt * Cfg::BK, int(m0),
-                         int(b * p.batch_step_a));
-        ptx::tma_load_3d(tile_b(s), &map_b, &full[s], kt * Cfg::BK, int(n0),
-                         int(b * p.batch_step_b));
+// Epilogue through shared memory and TMA: for each 64 x 32 chunk of this
+// warpgroup's 64 x 256 accumulators, write epilogue(acc) into a buffer in
+// the 128-byte swizzled layout the C tensor map expects, then one thread
+// stores the chunk with TMA. Two buffers per warpgroup alternate, so
+// writing one overlaps the store of the other.
+template <class Cfg>
+__device__ __forceinline__ void store_tile_tma(const WgmmaParams& p, const CUtensorMap* map_c,
+                                               const float (&acc)[128], uint8_t* buffers,
+                                               const WorkTile& tile, int c, int lane) {
+  const int warp = (threadIdx.x % 128) / 32, g = lane / 4, t = lane % 4;
+  const bool leader = threadIdx.x % 128 == 0;
+  const int barrier = 1 + c;  // named barrier of this warpgroup
+  constexpr int kChunks = Cfg::BN / Cfg::kEpilogueCols;
+#pragma unroll
+  for (int chunk = 0; chunk < kChunks; ++chunk) {
+    uint8_t* const buffer = buffers + (chunk % 2) * Cfg::kEpilogueBufferBytes;
+    // The store issued from this buffer two chunks ago (possibly in the
+    // previous tile) must have read it.
+    if (leader) ptx::bulk_wait_group_read<1>();
+    ptx::named_barrier_sync(barrier, 128);
+#pragma unroll
+    for (int jj = 0; jj < Cfg::kEpilogueCols / 8; ++jj) {
+      const int j = chunk * (Cfg::kEpilogueCols / 8) + jj;  // accumulator n8 block
+      const int col = jj * 8 + 2 * t;                        // column inside the chunk
+      const int64_t gcol = tile.n0 + chunk * Cfg::kEpilogueCols + col;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = warp * 16 + g + 8 * h;
+        // Columns past N are clipped by the TMA store; don't read bias there.
+        const float v0 = gcol < p.N ? epilogue_value(p.epilogue, acc[4 * j + 2 * h], gcol) : 0.f;
+        const float v1 =
+            gcol + 1 < p.N ? epilogue_value(p.epilogue, acc[4 * j + 2 * h + 1], gcol + 1) : 0.f;
+        // 128-byte swizzle: 16-byte chunk index XOR row % 8.
+        const int offset = row * 128 + (((col / 4) ^ (row % 8)) * 16) + (col % 4) * 4;
+        *reinterpret_cast<float2*>(buffer + offset) = make_float2(v0, v1);
       }
     }
-    return;
+    ptx::fence_proxy_async_smem();
+    ptx::named_barrier_sync(barrier, 128);
+    if (leader) {
+      ptx::tma_store_3d(map_c, buffer, int(tile.n0 + chunk * Cfg::kEpilogueCols),
+                        int(tile.m0 + c * 64), int(tile.batch));
+      ptx::bulk_commit_group();
+    }
   }
+}
 
-  // Consumer warpgroup c owns rows 64c..64c+63 of the tile.
-  const int c = warpgroup - 1;
+// Epilogue straight from the accumulators (layout: ptx_sm90.cuh), for a C
+// that TMA cannot store.
+template <class Cfg>
+__device__ __forceinline__ void store_tile_direct(const WgmmaParams& p, const float (&acc)[128],
+                                                  const WorkTile& tile, int c, int lane) {
+  const int warp = (threadIdx.x % 128) / 32, g = lane / 4, t = lane % 4;
+  float* const C = p.C + tile.batch * p.batch_stride_c;
+  const bool pair_stores = pair_stores_aligned(C, p.ldc);
+  const int64_t row = tile.m0 + c * 64 + warp * 16 + g;
+#pragma unroll
+  for (int j = 0; j < Cfg::BN / 8; ++j) {
+    const int64_t col = tile.n0 + j * 8 + 2 * t;
+    store_pair(p.epilogue, C, p.ldc, p.M, p.N, row, col, acc[4 * j], acc[4 * j + 1], pair_stores);
+    store_pair(p.epilogue, C, p.ldc, p.M, p.N, row + 8, col, acc[4 * j + 2], acc[4 * j + 3],
+               pair_stores);
+  }
+}
+
+// Consumer warpgroup c: for each work tile of this block, the mainloop and
+// the epilogue of rows 64c..64c+63. The producer keeps loading the next
+// tile's first k-tiles while this runs the epilogue.
+template <class Cfg, class TileA, class TileB>
+__device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap* map_c,
+                                        TileA tile_a, TileB tile_b, uint8_t* epilogue_smem,
+                                        uint64_t* full, uint64_t* empty, uint32_t rank,
+                                        int k_tiles, int c, int lane) {
+  // Frees pipeline slot `it` in every block of the cluster (each holds our
+  // multicast B slice there) once this warp's MMAs on it completed.
+  auto release = [&](int it) {
+    if (lane == 0)
+      for (uint32_t cta = 0; cta < Cfg::kClusterM; ++cta)
+        ptx::mbarrier_arrive_cluster(&empty[it % Cfg::kStages], cta);
+  };
   float acc[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-  int it = 0;
-  for (int64_t b = blockIdx.y; b < p.batch; b += gridDim.y) {
+  int it = 0;  // pipeline slot counter, continuous across work tiles
+  const int64_t works = work_count<Cfg>(p.M, p.N, p.batch);
+  for (int64_t w = blockIdx.x / Cfg::kClusterM; w < works; w += gridDim.x / Cfg::kClusterM) {
+    const WorkTile tile = work_tile<Cfg>(p, w, rank);
     for (int kt = 0; kt < k_tiles; ++kt, ++it) {
       const int s = it % Cfg::kStages;
       ptx::mbarrier_wait(&full[s], (it / Cfg::kStages) & 1);
@@ -97,8 +153,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       ptx::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < Cfg::BK / 8; ++kk) {
-        // The first k8 step of a tile overwrites what the previous batch
-        // entry left in the accumulators.
+        // The first k8 step of a tile overwrites what the previous tile
+        // left in the accumulators.
         ptx::wgmma_m64n256k8_tf32(acc, ptx::smem_desc_kmajor_sw128(a0 + kk * 32),
                                   ptx::smem_desc_kmajor_sw128(b0 + kk * 32), kt > 0 || kk > 0);
       }
@@ -106,33 +162,107 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // Keep this k-tile's MMAs in flight while releasing the previous
       // slot, whose MMAs are now complete.
       ptx::wgmma_wait_group<1>();
-      if (kt > 0 && lane == 0) ptx::mbarrier_arrive(&empty[(it - 1) % Cfg::kStages]);
+      if (kt > 0) release(it - 1);
     }
     ptx::wgmma_wait_group<0>();
-    if (lane == 0) ptx::mbarrier_arrive(&empty[(it - 1) % Cfg::kStages]);
+    release(it - 1);
 #pragma unroll
     for (int i = 0; i < 128; ++i) ptx::fence_operand(acc[i]);
 
-    // Epilogue straight from the accumulators (layout: ptx_sm90.cuh).
-    float* const C = p.C + b * p.batch_stride_c;
-    const bool pair_stores = pair_stores_aligned(C, p.ldc);
-    const int warp = (threadIdx.x % 128) / 32, g = lane / 4, t = lane % 4;
-    const int64_t row = m0 + c * 64 + warp * 16 + g;
-#pragma unroll
-    for (int j = 0; j < Cfg::BN / 8; ++j) {
-      const int64_t col = n0 + j * 8 + 2 * t;
-      store_pair(p.epilogue, C, p.ldc, p.M, p.N, row, col, acc[4 * j], acc[4 * j + 1],
-                 pair_stores);
-      store_pair(p.epilogue, C, p.ldc, p.M, p.N, row + 8, col, acc[4 * j + 2], acc[4 * j + 3],
-                 pair_stores);
+    if (p.tma_store) {
+      store_tile_tma<Cfg>(p, map_c, acc, epilogue_smem, tile, c, lane);
+    } else {
+      store_tile_direct<Cfg>(p, acc, tile, c, lane);
     }
   }
+  // The last TMA stores must have read their shared memory before we exit.
+  if (p.tma_store && threadIdx.x % 128 == 0) ptx::bulk_wait_group_all();
+}
+#endif
+
+template <class Cfg>
+__global__ void __cluster_dims__(Cfg::kClusterM, 1, 1) __launch_bounds__(Cfg::kThreads, 1)
+    wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_a,
+                      const __grid_constant__ CUtensorMap map_b,
+                      const __grid_constant__ CUtensorMap map_c, const WgmmaParams p) {
+#if PYGPUKIT_SM90A_DEVICE
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* const smem = reinterpret_cast<uint8_t*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  // Stage s: A tile [BM][BK] then B tile [BN][BK], both K-major, swizzled.
+  auto tile_a = [smem](int s) { return smem + s * Cfg::kStageBytes; };
+  auto tile_b = [smem](int s) { return smem + s * Cfg::kStageBytes + Cfg::kStageBytesA; };
+  uint8_t* const epilogue_smem = smem + Cfg::kStages * Cfg::kStageBytes;
+  uint64_t* const full =
+      reinterpret_cast<uint64_t*>(epilogue_smem + Cfg::kEpilogueBytes);
+  uint64_t* const empty = full + Cfg::kStages;
+
+  const int warpgroup = threadIdx.x / 128;
+  const int lane = threadIdx.x % 32;
+  const uint32_t rank = ptx::cluster_cta_rank();
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      ptx::mbarrier_init(&full[s], 1);  // the producer's expect_tx
+      // Every consumer warp of every block in the cluster: a slot is free
+      // only when no block still reads the B slice we multicast into it.
+      ptx::mbarrier_init(&empty[s], Cfg::kClusterM * Cfg::kConsumers * 4);
+    }
+    ptx::fence_barrier_init();
+  }
+  // Peers multicast into our shared memory and arrive on our barriers: they
+  // must all be initialized first.
+  ptx::cluster_sync();
+
+  const int k_tiles = int(ceil_div(p.K, Cfg::BK));
+  constexpr int kSliceRows = Cfg::BN / Cfg::kClusterM;  // rows of B this block loads
+  constexpr uint16_t kAllCtas = (1u << Cfg::kClusterM) - 1;
+
+  if (warpgroup == 0) {
+    // 128 x 40 + 256 x 232 registers fit the SM's 64K with one block.
+    ptx::setmaxnreg_dec<40>();
+    // Producer: one thread walks the k-tiles of every work tile, refilling
+    // a slot as soon as every consumer warp of the cluster released it.
+    if (threadIdx.x == 0) {
+      int it = 0;  // pipeline slot counter, continuous across work tiles
+      const int64_t works = work_count<Cfg>(p.M, p.N, p.batch);
+      for (int64_t w = blockIdx.x / Cfg::kClusterM; w < works; w += gridDim.x / Cfg::kClusterM) {
+        const WorkTile tile = work_tile<Cfg>(p, w, rank);
+        const int batch_a = int(tile.batch * p.batch_step_a);
+        const int batch_b = int(tile.batch * p.batch_step_b);
+        for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+          const int s = it % Cfg::kStages;
+          // The first pass over the slots waits on the phase "before" a
+          // fresh barrier, which counts as completed.
+          ptx::mbarrier_wait(&empty[s], ((it / Cfg::kStages) & 1) ^ 1);
+          // Our A tile, plus all kClusterM slices of B (ours and the peers').
+          ptx::mbarrier_arrive_expect_tx(&full[s], Cfg::kStageBytes);
+          ptx::tma_load_3d(tile_a(s), &map_a, &full[s], kt * Cfg::BK, int(tile.m0), batch_a);
+          if constexpr (Cfg::kClusterM == 1) {
+            ptx::tma_load_3d(tile_b(s), &map_b, &full[s], kt * Cfg::BK, int(tile.n0), batch_b);
+          } else {
+            ptx::tma_load_3d_multicast(tile_b(s) + rank * kSliceRows * Cfg::BK * 4, &map_b,
+                                       &full[s], kAllCtas, kt * Cfg::BK,
+                                       int(tile.n0 + rank * kSliceRows), batch_b);
+          }
+        }
+      }
+    }
+  } else {
+    ptx::setmaxnreg_inc<232>();
+    const int c = warpgroup - 1;
+    consume<Cfg>(p, &map_c, tile_a, tile_b, epilogue_smem + c * 2 * Cfg::kEpilogueBufferBytes,
+                 full, empty, rank, k_tiles, c, lane);
+  }
+  // No block may exit while a peer can still multicast into its shared
+  // memory or arrive on its barriers.
+  ptx::cluster_sync();
 #else
   // Built without sm_90a: the dispatcher never launches this (see
   // PYGPUKIT_HAS_SM90A); trap rather than leave C unwritten.
   __trap();
 #endif
 }
+
 
 // cuTensorMapEncodeTiled from the driver, found through the runtime so the
 // extension needs no link against libcuda.
@@ -156,26 +286,50 @@ EncodeTiled encode_tiled() {
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
-// A K-major operand X[batch][rows][K] (element (r, k) at r * ld + k) as a
-// 3-D tensor map with box [1][box_rows][32]. TFLOAT32 makes TMA round to
-// nearest; out-of-bounds elements (M/N/K tails) are filled with zeros.
-bool encode_operand(CUtensorMap* map, const float* ptr, int64_t rows, int64_t K, int64_t ld,
-                    int64_t batch, int64_t batch_stride, int box_rows) {
+// A row-major matrix X[batch][rows][cols] (element (r, c) at r * ld + c) as
+// a 3-D tensor map with box [1][box_rows][32] and the 128-byte swizzle.
+// Operands are declared TFLOAT32, which makes TMA round to nearest on loads;
+// out-of-bounds elements (M/N/K tails) load as zeros and are not stored.
+bool encode_matrix(CUtensorMap* map, CUtensorMapDataType type, const float* ptr, int64_t rows,
+                   int64_t cols, int64_t ld, int64_t batch, int64_t batch_stride, int box_rows) {
   const EncodeTiled encode = encode_tiled();
   if (encode == nullptr) return false;
   // Strides TMA never follows (one row, one batch entry) still have to be
   // valid multiples of 16 bytes.
-  const int64_t row_bytes = rows > 1 ? ld * 4 : round_up(K * 4, 16);
+  const int64_t row_bytes = rows > 1 ? ld * 4 : round_up(cols * 4, 16);
   const bool batched = batch > 1 && batch_stride != 0;
-  const cuuint64_t dims[3] = {cuuint64_t(K), cuuint64_t(rows), cuuint64_t(batched ? batch : 1)};
+  const cuuint64_t dims[3] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(batched ? batch : 1)};
   const cuuint64_t strides[2] = {cuuint64_t(row_bytes),
                                  cuuint64_t(batched ? batch_stride * 4 : row_bytes * rows)};
   const cuuint32_t box[3] = {32, cuuint32_t(box_rows), 1};
   const cuuint32_t element_strides[3] = {1, 1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_TFLOAT32, 3, const_cast<float*>(ptr), dims, strides,
+  return encode(map, type, 3, const_cast<float*>(ptr), dims, strides,
                 box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Clusters of `kernel` that fit on the current device at once (cached per
+// device): the persistent grid's size. Not simply SMs / kClusterM, since a
+// cluster must fit inside one GPC.
+int resident_clusters(const void* kernel, int threads, int smem_bytes, int cluster) {
+  static std::array<std::atomic<int>, 64> cache{};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device >= 64) return 1;
+  int n = cache[device].load(std::memory_order_relaxed);
+  if (n > 0) return n;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(cluster);
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem_bytes;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess || n < 1) {
+    cudaGetLastError();  // clear the sticky-free error and fall back
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    n = sms / cluster > 0 ? sms / cluster : 1;
+  }
+  cache[device].store(n, std::memory_order_relaxed);
+  return n;
 }
 
 }  // namespace
@@ -188,20 +342,32 @@ bool wgmma_operand_ready(const float* ptr, int64_t rows, int64_t ld, int64_t bat
 
 cudaError_t launch_wgmma_gemm(const GemmProblem& p, cudaStream_t stream) {
   using Cfg = WgmmaLarge;
-  CUtensorMap map_a, map_b;
-  if (!encode_operand(&map_a, p.A, p.M, p.K, p.lda, p.batch, p.batch_stride_a, Cfg::BM) ||
-      !encode_operand(&map_b, p.B, p.N, p.K, p.ldb, p.batch, p.batch_stride_b, Cfg::BN))
+  constexpr CUtensorMapDataType kTF32 = CU_TENSOR_MAP_DATA_TYPE_TFLOAT32;
+  CUtensorMap map_a, map_b, map_c{};
+  if (!encode_matrix(&map_a, kTF32, p.A, p.M, p.K, p.lda, p.batch, p.batch_stride_a, Cfg::BM) ||
+      !encode_matrix(&map_b, kTF32, p.B, p.N, p.K, p.ldb, p.batch, p.batch_stride_b,
+                     Cfg::BN / Cfg::kClusterM))
     return cudaErrorInvalidValue;
-  const WgmmaParams params{p.M,   p.N,       p.K,       p.batch,
-                           p.C,   p.ldc,     p.batch_stride_c, p.epilogue,
-                           p.batch_stride_a != 0, p.batch_stride_b != 0};
+  // C has the same alignment rules as a K-major operand with N columns.
+  const bool tma_store =
+      wgmma_operand_ready(p.C, p.M, p.ldc, p.batch, p.batch_stride_c) &&
+      encode_matrix(&map_c, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.C, p.M, p.N, p.ldc, p.batch,
+                    p.batch_stride_c, 64);
+  WgmmaParams params{p.M,   p.N,       p.K,       p.batch,
+                     p.C,   p.ldc,     p.batch_stride_c, p.epilogue,
+                     p.batch_stride_a != 0, p.batch_stride_b != 0, tma_store};
   auto kernel = wgmma_gemm_kernel<Cfg>;
   static std::atomic<uint64_t> smem_configured{0};
   cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes,
                                        smem_configured);
   if (err != cudaSuccess) return err;
-  const dim3 grid(unsigned(Cfg::tiles(p.M, p.N)), unsigned(p.batch < 65535 ? p.batch : 65535));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, params);
+  // Persistent: one cluster per resident slot, each walking the work tiles.
+  const int64_t works = work_count<Cfg>(p.M, p.N, p.batch);
+  const int64_t clusters = std::min<int64_t>(
+      works, resident_clusters(reinterpret_cast<const void*>(kernel), Cfg::kThreads,
+                               Cfg::kSmemBytes, Cfg::kClusterM));
+  kernel<<<unsigned(clusters * Cfg::kClusterM), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(
+      map_a, map_b, map_c, params);
   return cudaGetLastError();
 }
 
