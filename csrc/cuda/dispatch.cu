@@ -1,5 +1,6 @@
 // The one place that decides which kernel and tile configuration runs a GEMM.
 // Later paths (Hopper wgmma, split-K, 3xTF32) are added here.
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <mutex>
@@ -9,6 +10,8 @@
 #include "gemm_problem.h"
 #include "mma_sync_config.h"
 #include "pack_kmajor.h"
+#include "splitk_reduce.h"
+#include "tensor_map.h"
 #include "wgmma_config.h"
 
 namespace pygpukit {
@@ -38,12 +41,21 @@ const DeviceInfo& device_info(int device) {
   return info[device];
 }
 
-enum class Kernel { kWgmma, kMmaSyncLarge, kMmaSyncMedium, kMmaSyncSmall, kFma };
+enum class Kernel {
+  kWgmmaLarge, kWgmmaMedium, kWgmmaNarrow,
+  kMmaSyncLarge, kMmaSyncMedium, kMmaSyncSmall,
+  kFma
+};
 
 struct Choice {
   Kernel kernel;
-  bool vec16;  // 16-byte loads (mma_sync only)
+  bool vec16 = false;  // 16-byte loads (mma_sync only)
+  int splits = 1;      // split-K ranges (wgmma only)
 };
+
+bool is_wgmma(Kernel k) {
+  return k == Kernel::kWgmmaLarge || k == Kernel::kWgmmaMedium || k == Kernel::kWgmmaNarrow;
+}
 
 // 16-byte cp.async needs every chunk start 16-byte aligned: the base pointer,
 // the leading dimension and the batch stride (in floats) all multiples of 4.
@@ -74,6 +86,29 @@ bool wgmma_available(const DeviceInfo& d) {
 #endif
 }
 
+// Below this many multiply-adds the wgmma path's fixed costs (tensor map
+// encoding, possible packing and reduction launches) outweigh its speed.
+constexpr int64_t kWgmmaMinMacs = int64_t{1} << 24;
+
+// The wgmma configuration for `p`: the tallest tile that M fills, and
+// split-K when the output tiles alone would leave most SMs idle (decode-sized
+// M, few large tiles), with at least 4 k-tiles (128 of K) per split.
+template <class Config>
+Choice wgmma_choice(Kernel kernel, const GemmProblem& p, const DeviceInfo& d) {
+  const int64_t blocks = Config::tiles(p.M, p.N) * p.batch;
+  const int64_t k_tiles = (p.K + Config::BK - 1) / Config::BK;
+  int64_t splits = 1;
+  if (p.batch == 1 && 2 * blocks <= d.sm_count)
+    splits = std::min<int64_t>({d.sm_count / blocks, k_tiles / 4, 32});
+  return {kernel, false, int(std::max<int64_t>(splits, 1))};
+}
+
+Choice choose_wgmma(const GemmProblem& p, const DeviceInfo& d) {
+  if (p.M <= 64) return wgmma_choice<WgmmaNarrow>(Kernel::kWgmmaNarrow, p, d);
+  if (p.M <= 128) return wgmma_choice<WgmmaMedium>(Kernel::kWgmmaMedium, p, d);
+  return wgmma_choice<WgmmaLarge>(Kernel::kWgmmaLarge, p, d);
+}
+
 // PYGPUKIT_KERNEL forces a kernel family or configuration, for tests and
 // benchmarks: auto (default), wgmma, mma_sync (the family, automatic tile),
 // mma_sync_large, mma_sync_medium, mma_sync_small, fma. A forced kernel that
@@ -87,19 +122,19 @@ std::string forced_kernel() {
 
 Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   // mma.sync TF32 needs sm_80; FP32 precision never uses tensor cores.
-  if (precision == Precision::kIEEE || d.cc_major < 8) return {Kernel::kFma, false};
+  if (precision == Precision::kIEEE || d.cc_major < 8) return {Kernel::kFma};
   const bool vec16 = aligned16(p.A, p.lda, p.batch_stride_a) &&
                      aligned16(p.B, p.ldb, p.batch_stride_b);
   const std::string forced = forced_kernel();
-  if (forced == "fma") return {Kernel::kFma, false};
+  if (forced == "fma") return {Kernel::kFma};
   const bool wgmma = wgmma_available(d);
-  if (forced == "wgmma" && wgmma) return {Kernel::kWgmma, false};
+  if (forced == "wgmma" && wgmma) return choose_wgmma(p, d);
   if (forced == "mma_sync_large" && vec16 && fits<MmaSyncLarge>(p, d)) return {Kernel::kMmaSyncLarge, true};
   if (forced == "mma_sync_medium" && fits<MmaSyncMedium>(p, d)) return {Kernel::kMmaSyncMedium, vec16};
   if (forced == "mma_sync_small") return {Kernel::kMmaSyncSmall, vec16};
-  // On Hopper, wgmma whenever its 128x256 tiles fill the GPU.
-  if (wgmma && forced == "auto" && WgmmaLarge::tiles(p.M, p.N) * p.batch >= d.sm_count)
-    return {Kernel::kWgmma, false};
+  // On Hopper, wgmma for everything but small problems.
+  if (wgmma && forced == "auto" && p.M * p.N * p.K * p.batch >= kWgmmaMinMacs)
+    return choose_wgmma(p, d);
   // The largest tile that still gives every SM work: larger tiles issue more
   // MMAs per fragment load and read less from L2 per FLOP. The large tile
   // has no 4-byte-load variant: its 12 scalar copies per thread and stage
@@ -144,25 +179,26 @@ int current_device() {
 // How the wgmma path gets its operands K-major and TMA-aligned: in place, or
 // through a packed copy in the workspace (a transposed A or row-major B, or a
 // leading dimension / base pointer that is not 16-byte aligned).
+// Also where split-K's partial products go.
 struct WgmmaPlan {
   bool pack_a = false, pack_b = false;
   int64_t batch_a = 1, batch_b = 1;  // entries to pack: 1 for a broadcast operand
-  size_t bytes_a = 0, bytes_b = 0;   // workspace bytes, each rounded up to 256
+  // Workspace bytes, each rounded up to 256: packed A, packed B, partials.
+  size_t bytes_a = 0, bytes_b = 0, bytes_partials = 0;
 };
 
-WgmmaPlan plan_wgmma(const GemmProblem& p) {
-  auto bytes = [](int64_t batch, int64_t rows, int64_t K) {
-    return size_t((batch * rows * packed_ld(K) * 4 + 255) / 256 * 256);
-  };
+WgmmaPlan plan_wgmma(const GemmProblem& p, int splits) {
+  auto bytes = [](int64_t floats) { return size_t((floats * 4 + 255) / 256 * 256); };
   WgmmaPlan w;
   w.pack_a = !(p.layout_a == Layout::kRowMajor &&
-               wgmma_operand_ready(p.A, p.M, p.lda, p.batch, p.batch_stride_a));
+               tma_compatible(p.A, p.M, p.lda, p.batch, p.batch_stride_a));
   w.pack_b = !(p.layout_b == Layout::kColMajor &&
-               wgmma_operand_ready(p.B, p.N, p.ldb, p.batch, p.batch_stride_b));
+               tma_compatible(p.B, p.N, p.ldb, p.batch, p.batch_stride_b));
   w.batch_a = p.batch_stride_a == 0 ? 1 : p.batch;
   w.batch_b = p.batch_stride_b == 0 ? 1 : p.batch;
-  if (w.pack_a) w.bytes_a = bytes(w.batch_a, p.M, p.K);
-  if (w.pack_b) w.bytes_b = bytes(w.batch_b, p.N, p.K);
+  if (w.pack_a) w.bytes_a = bytes(w.batch_a * p.M * packed_ld(p.K));
+  if (w.pack_b) w.bytes_b = bytes(w.batch_b * p.N * packed_ld(p.K));
+  if (splits > 1) w.bytes_partials = bytes(splits * p.M * splitk_partials_ld(p.N));
   return w;
 }
 
@@ -180,10 +216,10 @@ cudaError_t pack_operand(const float*& ptr, int64_t& ld, Layout& layout, int64_t
   return err;
 }
 
-// Packs what plan_wgmma says into `workspace`, then runs the wgmma kernel on
-// the K-major operands.
-cudaError_t run_wgmma(GemmProblem p, void* workspace, cudaStream_t stream) {
-  const WgmmaPlan w = plan_wgmma(p);
+// Packs what plan_wgmma says into `workspace`, then runs the chosen wgmma
+// configuration on the K-major operands.
+cudaError_t run_wgmma(GemmProblem p, const Choice& c, void* workspace, cudaStream_t stream) {
+  const WgmmaPlan w = plan_wgmma(p, c.splits);
   auto* ws = static_cast<uint8_t*>(workspace);
   cudaError_t err = cudaSuccess;
   if (w.pack_a)
@@ -192,24 +228,49 @@ cudaError_t run_wgmma(GemmProblem p, void* workspace, cudaStream_t stream) {
   if (w.pack_b && err == cudaSuccess)
     err = pack_operand(p.B, p.ldb, p.layout_b, p.batch_stride_b, Layout::kColMajor, p.N, p.K,
                        w.batch_b, reinterpret_cast<float*>(ws + w.bytes_a), stream);
-  return err == cudaSuccess ? launch_wgmma_gemm(p, stream) : err;
+  if (err != cudaSuccess) return err;
+  float* partials = reinterpret_cast<float*>(ws + w.bytes_a + w.bytes_b);
+  switch (c.kernel) {
+    case Kernel::kWgmmaNarrow:
+      return launch_wgmma_gemm<WgmmaNarrow>(p, c.splits, partials, stream);
+    case Kernel::kWgmmaMedium:
+      return launch_wgmma_gemm<WgmmaMedium>(p, c.splits, partials, stream);
+    default:
+      return launch_wgmma_gemm<WgmmaLarge>(p, c.splits, partials, stream);
+  }
+}
+
+template <class Config>
+std::string wgmma_name(const GemmProblem& p, int splits) {
+  using std::to_string;
+  const WgmmaPlan w = plan_wgmma(p, splits);
+  std::string name = "wgmma " + to_string(Config::BM) + "x" + to_string(Config::BN) + "x" +
+                     to_string(Config::BK) + " stages " + to_string(Config::kStages) +
+                     " cluster " + to_string(Config::kClusterM) + "x1";
+  if (splits > 1) name += " split-K " + to_string(splits);
+  if (w.pack_a || w.pack_b)
+    name += std::string(" after packing ") + (w.pack_a ? (w.pack_b ? "A and B" : "A") : "B") +
+            " K-major";
+  return name;
 }
 
 }  // namespace
 
 size_t gemm_workspace_bytes(const GemmProblem& p, Precision precision) {
   const Choice c = choose(p, precision, device_info(current_device()));
-  if (c.kernel != Kernel::kWgmma) return 0;
-  const WgmmaPlan w = plan_wgmma(p);
-  return w.bytes_a + w.bytes_b;
+  if (!is_wgmma(c.kernel)) return 0;
+  const WgmmaPlan w = plan_wgmma(p, c.splits);
+  return w.bytes_a + w.bytes_b + w.bytes_partials;
 }
 
 cudaError_t run_gemm(const GemmProblem& p, Precision precision, void* workspace,
                      cudaStream_t stream) {
   const Choice c = choose(p, precision, device_info(current_device()));
   switch (c.kernel) {
-    case Kernel::kWgmma:
-      return run_wgmma(p, workspace, stream);
+    case Kernel::kWgmmaLarge:
+    case Kernel::kWgmmaMedium:
+    case Kernel::kWgmmaNarrow:
+      return run_wgmma(p, c, workspace, stream);
     case Kernel::kMmaSyncLarge:
       return launch_mma_sync_width<MmaSyncLarge, true>(p, stream);
     case Kernel::kMmaSyncMedium:
@@ -226,16 +287,15 @@ std::string describe_gemm(const GemmProblem& p, Precision precision) {
   const Choice c = choose(p, precision, device_info(current_device()));
   std::string name;
   switch (c.kernel) {
-    case Kernel::kWgmma: {
-      const WgmmaPlan w = plan_wgmma(p);
-      name = "wgmma " + std::to_string(WgmmaLarge::BM) + "x" + std::to_string(WgmmaLarge::BN) +
-             "x" + std::to_string(WgmmaLarge::BK) + " stages " +
-             std::to_string(WgmmaLarge::kStages);
-      if (w.pack_a || w.pack_b)
-        name += std::string(" after packing ") + (w.pack_a ? (w.pack_b ? "A and B" : "A") : "B") +
-                " K-major";
+    case Kernel::kWgmmaLarge:
+      name = wgmma_name<WgmmaLarge>(p, c.splits);
       break;
-    }
+    case Kernel::kWgmmaMedium:
+      name = wgmma_name<WgmmaMedium>(p, c.splits);
+      break;
+    case Kernel::kWgmmaNarrow:
+      name = wgmma_name<WgmmaNarrow>(p, c.splits);
+      break;
     case Kernel::kMmaSyncLarge:
       name = mma_sync_name<MmaSyncLarge>();
       break;
@@ -250,7 +310,7 @@ std::string describe_gemm(const GemmProblem& p, Precision precision) {
       break;
   }
   name += std::string(" (A ") + layout_name(p.layout_a) + ", B " + layout_name(p.layout_b);
-  if (c.kernel != Kernel::kFma && c.kernel != Kernel::kWgmma)
+  if (c.kernel != Kernel::kFma && !is_wgmma(c.kernel))
     name += c.vec16 ? ", 16-byte loads" : ", 4-byte loads";
   return name + ")";
 }

@@ -1,6 +1,7 @@
 // Host-side helpers shared by the kernel launchers.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 
@@ -20,6 +21,29 @@ inline cudaError_t allow_dynamic_smem(const void* kernel, int bytes, std::atomic
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err == cudaSuccess) done.fetch_or(bit, std::memory_order_acq_rel);
   return err;
+}
+
+// How many clusters of `cluster` blocks of `kernel` fit on the current device
+// at once: the size of a persistent grid. Not simply SMs / cluster, since a
+// cluster must fit in one GPC. Cached per device in the caller's `cache`.
+inline int resident_clusters(const void* kernel, int threads, int smem_bytes, int cluster,
+                             std::array<std::atomic<int>, 64>& cache) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device >= 64) return 1;
+  int n = cache[device].load(std::memory_order_relaxed);
+  if (n > 0) return n;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(cluster);
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem_bytes;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess || n < 1) {
+    cudaGetLastError();  // not sticky: clear it and fall back to the SM count
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    n = sms / cluster > 0 ? sms / cluster : 1;
+  }
+  cache[device].store(n, std::memory_order_relaxed);
+  return n;
 }
 
 }  // namespace pygpukit

@@ -50,19 +50,23 @@ struct WgmmaConfig {
 
 // 128x256x32, 2 consumer warpgroups of 64x256 (128 accumulators per thread),
 // 4 stages of 48 KB and 32 KB of epilogue buffers: 225 KB of the H200's
-// 227 KB per block; clusters of 2 along M.
+// 227 KB per block; clusters of 2 along M. For M > 128.
 using WgmmaLarge = WgmmaConfig<128, 256, 4, 2>;
+// The same tile without clusters, for 64 < M <= 128, where a cluster's
+// second tile would lie entirely below M.
+using WgmmaMedium = WgmmaConfig<128, 256, 4, 1>;
+// 64x256x32, one consumer warpgroup, 5 stages of 40 KB: for M <= 64 (decode),
+// where a taller tile only multiplies zero rows.
+using WgmmaNarrow = WgmmaConfig<64, 256, 5, 1>;
 
-// Whether TMA can read a K-major operand in place: 16-byte aligned base, and
-// row and batch strides that are multiples of 16 bytes (a stride that is
-// never used, for one row or one batch entry, does not count).
-bool wgmma_operand_ready(const float* ptr, int64_t rows, int64_t ld, int64_t batch,
-                         int64_t batch_stride);
-
-// Runs `problem` (both operands K-major: A row-major, B column-major, each
-// wgmma_operand_ready) with the wgmma kernel. Requires a device of compute
-// capability 9.0 and a build with sm_90a; returns cudaErrorInvalidValue if a
-// tensor map cannot be encoded.
-cudaError_t launch_wgmma_gemm(const GemmProblem& problem, cudaStream_t stream);
+// Runs `problem` (both operands K-major, A row-major and B column-major, and
+// tma_compatible) with configuration Config on a device of compute
+// capability 9.0 (build with sm_90a). splits > 1 cuts K into that many
+// ranges (split-K) whose partial products go to `partials`
+// (splits * M * splitk_partials_ld(N) floats) and are then summed in order.
+// Returns cudaErrorInvalidValue if a tensor map cannot be encoded.
+template <class Config>
+cudaError_t launch_wgmma_gemm(const GemmProblem& problem, int splits, float* partials,
+                              cudaStream_t stream);
 
 }  // namespace pygpukit

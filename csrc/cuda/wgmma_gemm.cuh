@@ -3,7 +3,10 @@
 // warpgroups (wgmma), with full/empty mbarrier pairs per pipeline stage.
 // TF32 rounding is free: the tensor maps declare the data TFLOAT32, so TMA
 // rounds each element to nearest while copying it (the approach of CUTLASS's
-// sm90 TF32 kernels; see docs/tf32_tensorcore_design.md).
+// sm90 TF32 kernels; see docs/tf32_tensorcore_design.md). Instantiated per
+// configuration in wgmma_gemm_<config>.cu.
+#pragma once
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -13,11 +16,13 @@
 #include "epilogue.cuh"
 #include "launch_util.h"
 #include "ptx_sm90.cuh"
+#include "splitk_reduce.h"
+#include "tensor_map.h"
 #include "tile_raster.cuh"
 #include "wgmma_config.h"
 
 namespace pygpukit {
-namespace {
+namespace wgmma_detail {
 
 constexpr int64_t kGroupM = 8;  // grouped rasterization (tile_raster.cuh)
 
@@ -32,29 +37,42 @@ struct WgmmaParams {
   // C is TMA-storable (16-byte aligned base, ldc and batch stride multiples
   // of 4); otherwise the epilogue stores from registers.
   bool tma_store;
+  // Split-K: K is cut into `splits` ranges of k_tiles_per_split k-tiles;
+  // split s stores its partial product as batch entry s of C (then batch is
+  // 1), and a separate pass sums the splits in order (deterministic).
+  int splits, k_tiles_per_split;
 };
 
-// One output tile of the persistent schedule.
+// One unit of the persistent schedule: an output tile of one batch entry
+// over the k-tiles [k_begin, k_end).
 struct WorkTile {
   int64_t batch, m0, n0;
+  int split, k_begin, k_end;
 };
 
-// Work item w of the persistent schedule: a cluster tile (kClusterM
-// vertically adjacent threadblock tiles, block `rank` taking the rank-th)
-// of one batch entry. Cluster tiles are numbered batch entry by batch entry,
-// in grouped order inside each (tile_raster.cuh).
+template <class Cfg>
+__host__ __device__ __forceinline__ int64_t cluster_tile_count(int64_t M, int64_t N) {
+  return ceil_div(M, Cfg::BM * Cfg::kClusterM) * ceil_div(N, Cfg::BN);
+}
+
+// Work item w: a cluster tile (kClusterM vertically adjacent threadblock
+// tiles, block `rank` taking the rank-th) of one batch entry and one K
+// split. Items are numbered split by split, then batch entry by batch entry,
+// in grouped order inside each (tile_raster.cuh), so the blocks running at
+// once read the same K range of neighbouring panels.
 template <class Cfg>
 __device__ __forceinline__ WorkTile work_tile(const WgmmaParams& p, int64_t w, uint32_t rank) {
   const int64_t cluster_tiles_m = ceil_div(p.M, Cfg::BM * Cfg::kClusterM);
   const int64_t tiles_n = ceil_div(p.N, Cfg::BN);
   const int64_t per_batch = cluster_tiles_m * tiles_n;
+  const int64_t per_split = per_batch * p.batch;
+  const int split = int(w / per_split);
+  w %= per_split;
   const TileCoord t = grouped_tile<kGroupM>(w % per_batch, cluster_tiles_m, tiles_n);
-  return {w / per_batch, (t.m * Cfg::kClusterM + rank) * Cfg::BM, t.n * Cfg::BN};
-}
-
-template <class Cfg>
-__host__ __device__ __forceinline__ int64_t work_count(int64_t M, int64_t N, int64_t batch) {
-  return ceil_div(M, Cfg::BM * Cfg::kClusterM) * ceil_div(N, Cfg::BN) * batch;
+  const int k_tiles = int(ceil_div(p.K, Cfg::BK));
+  const int k_begin = split * p.k_tiles_per_split;
+  return {w / per_batch, (t.m * Cfg::kClusterM + rank) * Cfg::BM, t.n * Cfg::BN, split, k_begin,
+          min(k_begin + p.k_tiles_per_split, k_tiles)};
 }
 
 #if PYGPUKIT_SM90A_DEVICE
@@ -99,7 +117,7 @@ __device__ __forceinline__ void store_tile_tma(const WgmmaParams& p, const CUten
     ptx::named_barrier_sync(barrier, 128);
     if (leader) {
       ptx::tma_store_3d(map_c, buffer, int(tile.n0 + chunk * Cfg::kEpilogueCols),
-                        int(tile.m0 + c * 64), int(tile.batch));
+                        int(tile.m0 + c * 64), int(tile.batch + tile.split));
       ptx::bulk_commit_group();
     }
   }
@@ -130,7 +148,7 @@ template <class Cfg, class TileA, class TileB>
 __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap* map_c,
                                         TileA tile_a, TileB tile_b, uint8_t* epilogue_smem,
                                         uint64_t* full, uint64_t* empty, uint32_t rank,
-                                        int k_tiles, int c, int lane) {
+                                        int c, int lane) {
   // Frees pipeline slot `it` in every block of the cluster (each holds our
   // multicast B slice there) once this warp's MMAs on it completed.
   auto release = [&](int it) {
@@ -142,10 +160,10 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
 #pragma unroll
   for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
   int it = 0;  // pipeline slot counter, continuous across work tiles
-  const int64_t works = work_count<Cfg>(p.M, p.N, p.batch);
+  const int64_t works = cluster_tile_count<Cfg>(p.M, p.N) * p.batch * p.splits;
   for (int64_t w = blockIdx.x / Cfg::kClusterM; w < works; w += gridDim.x / Cfg::kClusterM) {
     const WorkTile tile = work_tile<Cfg>(p, w, rank);
-    for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+    for (int kt = tile.k_begin; kt < tile.k_end; ++kt, ++it) {
       const int s = it % Cfg::kStages;
       ptx::mbarrier_wait(&full[s], (it / Cfg::kStages) & 1);
       const uint32_t a0 = ptx::smem_addr(tile_a(s)) + c * 64 * 128;
@@ -156,13 +174,14 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
         // The first k8 step of a tile overwrites what the previous tile
         // left in the accumulators.
         ptx::wgmma_m64n256k8_tf32(acc, ptx::smem_desc_kmajor_sw128(a0 + kk * 32),
-                                  ptx::smem_desc_kmajor_sw128(b0 + kk * 32), kt > 0 || kk > 0);
+                                  ptx::smem_desc_kmajor_sw128(b0 + kk * 32),
+                                  kt > tile.k_begin || kk > 0);
       }
       ptx::wgmma_commit_group();
       // Keep this k-tile's MMAs in flight while releasing the previous
       // slot, whose MMAs are now complete.
       ptx::wgmma_wait_group<1>();
-      if (kt > 0) release(it - 1);
+      if (kt > tile.k_begin) release(it - 1);
     }
     ptx::wgmma_wait_group<0>();
     release(it - 1);
@@ -213,7 +232,6 @@ __global__ void __cluster_dims__(Cfg::kClusterM, 1, 1) __launch_bounds__(Cfg::kT
   // must all be initialized first.
   ptx::cluster_sync();
 
-  const int k_tiles = int(ceil_div(p.K, Cfg::BK));
   constexpr int kSliceRows = Cfg::BN / Cfg::kClusterM;  // rows of B this block loads
   constexpr uint16_t kAllCtas = (1u << Cfg::kClusterM) - 1;
 
@@ -224,12 +242,12 @@ __global__ void __cluster_dims__(Cfg::kClusterM, 1, 1) __launch_bounds__(Cfg::kT
     // a slot as soon as every consumer warp of the cluster released it.
     if (threadIdx.x == 0) {
       int it = 0;  // pipeline slot counter, continuous across work tiles
-      const int64_t works = work_count<Cfg>(p.M, p.N, p.batch);
+      const int64_t works = cluster_tile_count<Cfg>(p.M, p.N) * p.batch * p.splits;
       for (int64_t w = blockIdx.x / Cfg::kClusterM; w < works; w += gridDim.x / Cfg::kClusterM) {
         const WorkTile tile = work_tile<Cfg>(p, w, rank);
         const int batch_a = int(tile.batch * p.batch_step_a);
         const int batch_b = int(tile.batch * p.batch_step_b);
-        for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+        for (int kt = tile.k_begin; kt < tile.k_end; ++kt, ++it) {
           const int s = it % Cfg::kStages;
           // The first pass over the slots waits on the phase "before" a
           // fresh barrier, which counts as completed.
@@ -251,7 +269,7 @@ __global__ void __cluster_dims__(Cfg::kClusterM, 1, 1) __launch_bounds__(Cfg::kT
     ptx::setmaxnreg_inc<232>();
     const int c = warpgroup - 1;
     consume<Cfg>(p, &map_c, tile_a, tile_b, epilogue_smem + c * 2 * Cfg::kEpilogueBufferBytes,
-                 full, empty, rank, k_tiles, c, lane);
+                 full, empty, rank, c, lane);
   }
   // No block may exit while a peer can still multicast into its shared
   // memory or arrive on its barriers.
@@ -264,111 +282,61 @@ __global__ void __cluster_dims__(Cfg::kClusterM, 1, 1) __launch_bounds__(Cfg::kT
 }
 
 
-// cuTensorMapEncodeTiled from the driver, found through the runtime so the
-// extension needs no link against libcuda.
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+}  // namespace wgmma_detail
 
-EncodeTiled encode_tiled() {
-  static EncodeTiled fn = [] {
-    void* ptr = nullptr;
-    cudaDriverEntryPointQueryResult status;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault,
-                                         &status) != cudaSuccess ||
-        status != cudaDriverEntryPointSuccess)
-      ptr = nullptr;
-    return reinterpret_cast<EncodeTiled>(ptr);
-  }();
-  return fn;
-}
-
-int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
-
-// A row-major matrix X[batch][rows][cols] (element (r, c) at r * ld + c) as
-// a 3-D tensor map with box [1][box_rows][32] and the 128-byte swizzle.
-// Operands are declared TFLOAT32, which makes TMA round to nearest on loads;
-// out-of-bounds elements (M/N/K tails) load as zeros and are not stored.
-bool encode_matrix(CUtensorMap* map, CUtensorMapDataType type, const float* ptr, int64_t rows,
-                   int64_t cols, int64_t ld, int64_t batch, int64_t batch_stride, int box_rows) {
-  const EncodeTiled encode = encode_tiled();
-  if (encode == nullptr) return false;
-  // Strides TMA never follows (one row, one batch entry) still have to be
-  // valid multiples of 16 bytes.
-  const int64_t row_bytes = rows > 1 ? ld * 4 : round_up(cols * 4, 16);
-  const bool batched = batch > 1 && batch_stride != 0;
-  const cuuint64_t dims[3] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(batched ? batch : 1)};
-  const cuuint64_t strides[2] = {cuuint64_t(row_bytes),
-                                 cuuint64_t(batched ? batch_stride * 4 : row_bytes * rows)};
-  const cuuint32_t box[3] = {32, cuuint32_t(box_rows), 1};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
-  return encode(map, type, 3, const_cast<float*>(ptr), dims, strides,
-                box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-// Clusters of `kernel` that fit on the current device at once (cached per
-// device): the persistent grid's size. Not simply SMs / kClusterM, since a
-// cluster must fit inside one GPC.
-int resident_clusters(const void* kernel, int threads, int smem_bytes, int cluster) {
-  static std::array<std::atomic<int>, 64> cache{};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device >= 64) return 1;
-  int n = cache[device].load(std::memory_order_relaxed);
-  if (n > 0) return n;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(cluster);
-  config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = smem_bytes;
-  if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess || n < 1) {
-    cudaGetLastError();  // clear the sticky-free error and fall back
-    int sms = 0;
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    n = sms / cluster > 0 ? sms / cluster : 1;
-  }
-  cache[device].store(n, std::memory_order_relaxed);
-  return n;
-}
-
-}  // namespace
-
-bool wgmma_operand_ready(const float* ptr, int64_t rows, int64_t ld, int64_t batch,
-                         int64_t batch_stride) {
-  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (rows == 1 || ld % 4 == 0) &&
-         (batch == 1 || batch_stride % 4 == 0);
-}
-
-cudaError_t launch_wgmma_gemm(const GemmProblem& p, cudaStream_t stream) {
-  using Cfg = WgmmaLarge;
+// Declared in wgmma_config.h: one pass when splits == 1, else `splits`
+// partial products into `partials` followed by the ordered reduction that
+// applies the epilogue.
+template <class Cfg>
+cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
+                              cudaStream_t stream) {
   constexpr CUtensorMapDataType kTF32 = CU_TENSOR_MAP_DATA_TYPE_TFLOAT32;
   CUtensorMap map_a, map_b, map_c{};
   if (!encode_matrix(&map_a, kTF32, p.A, p.M, p.K, p.lda, p.batch, p.batch_stride_a, Cfg::BM) ||
       !encode_matrix(&map_b, kTF32, p.B, p.N, p.K, p.ldb, p.batch, p.batch_stride_b,
                      Cfg::BN / Cfg::kClusterM))
     return cudaErrorInvalidValue;
-  // C has the same alignment rules as a K-major operand with N columns.
-  const bool tma_store =
-      wgmma_operand_ready(p.C, p.M, p.ldc, p.batch, p.batch_stride_c) &&
-      encode_matrix(&map_c, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.C, p.M, p.N, p.ldc, p.batch,
-                    p.batch_stride_c, 64);
-  WgmmaParams params{p.M,   p.N,       p.K,       p.batch,
-                     p.C,   p.ldc,     p.batch_stride_c, p.epilogue,
-                     p.batch_stride_a != 0, p.batch_stride_b != 0, tma_store};
-  auto kernel = wgmma_gemm_kernel<Cfg>;
+  const int k_tiles = int(ceil_div(p.K, Cfg::BK));
+  const int k_tiles_per_split = int(ceil_div(k_tiles, splits));
+  splits = int(ceil_div(k_tiles, k_tiles_per_split));  // no empty split
+  wgmma_detail::WgmmaParams params{p.M, p.N, p.K, p.batch, p.C, p.ldc, p.batch_stride_c, p.epilogue,
+                     p.batch_stride_a != 0, p.batch_stride_b != 0, false, splits,
+                     k_tiles_per_split};
+  const int64_t ldp = splitk_partials_ld(p.N);
+  if (splits > 1) {  // raw partial products; the reduction applies the epilogue
+    params.C = partials;
+    params.ldc = ldp;
+    params.batch_stride_c = p.M * ldp;
+    params.epilogue = Epilogue{};
+    params.tma_store = encode_matrix(&map_c, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, partials, p.M, p.N,
+                                     ldp, splits, p.M * ldp, 64);
+    if (!params.tma_store) return cudaErrorInvalidValue;
+  } else {
+    params.tma_store = tma_compatible(p.C, p.M, p.ldc, p.batch, p.batch_stride_c) &&
+                       encode_matrix(&map_c, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.C, p.M, p.N,
+                                     p.ldc, p.batch, p.batch_stride_c, 64);
+  }
+  auto kernel = wgmma_detail::wgmma_gemm_kernel<Cfg>;
   static std::atomic<uint64_t> smem_configured{0};
   cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes,
                                        smem_configured);
   if (err != cudaSuccess) return err;
-  // Persistent: one cluster per resident slot, each walking the work tiles.
-  const int64_t works = work_count<Cfg>(p.M, p.N, p.batch);
+  // Persistent: one cluster per resident slot, each walking the work items.
+  static std::array<std::atomic<int>, 64> resident{};
+  const int64_t works = wgmma_detail::cluster_tile_count<Cfg>(p.M, p.N) * p.batch * splits;
   const int64_t clusters = std::min<int64_t>(
       works, resident_clusters(reinterpret_cast<const void*>(kernel), Cfg::kThreads,
-                               Cfg::kSmemBytes, Cfg::kClusterM));
+                               Cfg::kSmemBytes, Cfg::kClusterM, resident));
   kernel<<<unsigned(clusters * Cfg::kClusterM), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(
       map_a, map_b, map_c, params);
-  return cudaGetLastError();
+  err = cudaGetLastError();
+  if (err != cudaSuccess || splits == 1) return err;
+  return launch_splitk_reduce(partials, splits, p.M, p.N, ldp, p.C, p.ldc, p.epilogue, stream);
 }
+
+// Explicit instantiation of the launcher for one configuration; each
+// wgmma_gemm_<config>.cu holds one, so the configurations compile in parallel.
+#define PYGPUKIT_INSTANTIATE_WGMMA(CFG)                                                 \
+  template cudaError_t launch_wgmma_gemm<CFG>(const GemmProblem&, int, float*, cudaStream_t);
 
 }  // namespace pygpukit

@@ -1,0 +1,24 @@
+// The second pass of split-K: sums the per-split partial products in a fixed
+// order and applies the epilogue, so results are bitwise reproducible.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "gemm_problem.h"
+
+namespace pygpukit {
+
+// Row stride, in floats, of the partial products: N rounded up to 4, which
+// keeps every row 16-byte aligned for the TMA stores that write them.
+__host__ __device__ inline int64_t splitk_partials_ld(int64_t N) { return (N + 3) / 4 * 4; }
+
+// C[m, n] = epilogue(sum over s = 0, 1, ..., splits - 1 of
+// partials[s][m][n]), partials being splits x M x ldp floats (ldp =
+// splitk_partials_ld(N)) and C row-major with leading dimension ldc.
+cudaError_t launch_splitk_reduce(const float* partials, int splits, int64_t M, int64_t N,
+                                 int64_t ldp, float* C, int64_t ldc, const Epilogue& epilogue,
+                                 cudaStream_t stream);
+
+}  // namespace pygpukit

@@ -1,0 +1,57 @@
+#include "tensor_map.h"
+
+#include <cuda_runtime.h>
+
+namespace pygpukit {
+namespace {
+
+// cuTensorMapEncodeTiled from the driver, found through the runtime so the
+// extension needs no link against libcuda.
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiled encode_tiled() {
+  static EncodeTiled fn = [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult status;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault,
+                                         &status) != cudaSuccess ||
+        status != cudaDriverEntryPointSuccess)
+      ptr = nullptr;
+    return reinterpret_cast<EncodeTiled>(ptr);
+  }();
+  return fn;
+}
+
+int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+}  // namespace
+
+bool tma_compatible(const float* ptr, int64_t rows, int64_t ld, int64_t batch,
+                    int64_t batch_stride) {
+  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (rows == 1 || ld % 4 == 0) &&
+         (batch == 1 || batch_stride % 4 == 0);
+}
+
+bool encode_matrix(CUtensorMap* map, CUtensorMapDataType type, const float* ptr, int64_t rows,
+                   int64_t cols, int64_t ld, int64_t batch, int64_t batch_stride, int box_rows) {
+  const EncodeTiled encode = encode_tiled();
+  if (encode == nullptr) return false;
+  // Strides TMA never follows (one row, one batch entry) still have to be
+  // valid multiples of 16 bytes.
+  const int64_t row_bytes = rows > 1 ? ld * 4 : round_up(cols * 4, 16);
+  const bool batched = batch > 1 && batch_stride != 0;
+  const cuuint64_t dims[3] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(batched ? batch : 1)};
+  const cuuint64_t strides[2] = {cuuint64_t(row_bytes),
+                                 cuuint64_t(batched ? batch_stride * 4 : row_bytes * rows)};
+  const cuuint32_t box[3] = {32, cuuint32_t(box_rows), 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  return encode(map, type, 3, const_cast<float*>(ptr), dims, strides,
+                box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+}  // namespace pygpukit

@@ -1,0 +1,25 @@
+// TMA tensor maps (CUtensorMap) for the Hopper path, encoded on the host.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda.h>
+
+namespace pygpukit {
+
+// Whether TMA can address a row-major matrix in place: 16-byte aligned base,
+// and row and batch strides that are multiples of 16 bytes (a stride that is
+// never used, for one row or one batch entry, does not count).
+bool tma_compatible(const float* ptr, int64_t rows, int64_t ld, int64_t batch,
+                    int64_t batch_stride);
+
+// A row-major matrix X[batch][rows][cols] (element (r, c) at
+// r * ld + c, batch entries batch_stride apart; batch_stride 0 broadcasts)
+// as a 3-D tensor map with box [1][box_rows][32] and the 128-byte swizzle.
+// Declaring the data TFLOAT32 makes TMA round each element to nearest on
+// loads. Out-of-bounds elements load as zeros and are not stored. Returns
+// false if the driver lacks cuTensorMapEncodeTiled or rejects the map.
+bool encode_matrix(CUtensorMap* map, CUtensorMapDataType type, const float* ptr, int64_t rows,
+                   int64_t cols, int64_t ld, int64_t batch, int64_t batch_stride, int box_rows);
+
+}  // namespace pygpukit
