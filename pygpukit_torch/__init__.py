@@ -11,8 +11,9 @@ activation fused into the kernel's epilogue; :class:`TF32Linear` and
 import torch  # noqa: F401  (loads libtorch, which _C links against)
 
 from . import _C  # noqa: F401,E402  (registers the pygpukit::* operators)
-from .nn import SwapReport, TF32Linear, swap_linear_, unswap_linear_
+from .nn import SwapReport, TF32Linear, swap_linear_, swapped_linear, unswap_linear_
 from .ops import kernel_info, linear_tf32, matmul_tf32
 
-__all__ = ["matmul_tf32", "linear_tf32", "kernel_info", "TF32Linear", "swap_linear_", "unswap_linear_", "SwapReport"]
+__all__ = ["matmul_tf32", "linear_tf32", "kernel_info", "TF32Linear", "swap_linear_", "unswap_linear_", "swapped_linear",
+           "SwapReport"]
 __version__ = "0.1.0"
