@@ -13,6 +13,7 @@ from torch import nn
 
 from pygpukit_torch import TF32Linear, swap_linear_, swapped_linear, unswap_linear_
 from pygpukit_torch.nn import MIN_SWAP_WEIGHT_ELEMENTS, default_policy
+from pygpukit_torch.testing import LlamaBlock
 from conftest import DEVICES, HAS_CUDA, rel_error
 
 # Relative error of a TF32 model against its float64 self: ~3e-4 per layer.
@@ -264,34 +265,10 @@ def test_state_dict_round_trips_both_ways():
 
 # ---- a Llama-style block, torch.compile, no_grad -----------------------------------------------
 
-class LlamaBlock(nn.Module):
-    """Pre-norm attention (q/k/v/o projections, causal) + gated SiLU MLP, all
-    projections plain nn.Linear without bias, as in Llama."""
-
-    def __init__(self, dim=256, heads=4, hidden=512):
-        super().__init__()
-        self.heads = heads
-        self.attn_norm, self.mlp_norm = nn.RMSNorm(dim), nn.RMSNorm(dim)
-        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(dim, dim, bias=False) for _ in range(4))
-        self.gate_proj = nn.Linear(dim, hidden, bias=False)
-        self.up_proj = nn.Linear(dim, hidden, bias=False)
-        self.down_proj = nn.Linear(hidden, dim, bias=False)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        h = self.attn_norm(x)
-        q, k, v = (p(h).view(b, t, self.heads, d // self.heads).transpose(1, 2)
-                   for p in (self.q_proj, self.k_proj, self.v_proj))
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.o_proj(a.transpose(1, 2).reshape(b, t, d))
-        h = self.mlp_norm(x)
-        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
-
-
 @pytest.mark.parametrize("device", DEVICES)
 def test_llama_block_same_output_after_swap(device):
     torch.manual_seed(0)
-    model = LlamaBlock().to(device)
+    model = LlamaBlock(dim=256, heads=4, kv_heads=2, hidden=512).to(device)
     x = torch.randn(2, 24, 256, device=device)
     ref = float64_output(model, x)
     swap_linear_(model)  # default policy: every projection here is large enough
