@@ -14,6 +14,6 @@ from . import _C  # noqa: F401,E402  (registers the pygpukit::* operators)
 from .nn import SwapReport, TF32Linear, swap_linear_, swapped_linear, unswap_linear_
 from .ops import kernel_info, linear_tf32, matmul_tf32
 
-__all__ = ["matmul_tf32", "linear_tf32", "kernel_info", "TF32Linear", "swap_linear_", "unswap_linear_", "swapped_linear",
-           "SwapReport"]
+__all__ = ["matmul_tf32", "linear_tf32", "kernel_info", "TF32Linear", "swap_linear_", "unswap_linear_",
+           "swapped_linear", "SwapReport"]
 __version__ = "0.1.0"
