@@ -231,6 +231,7 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
     _check_options("none", precision)
     report = SwapReport()
     replacements: Dict[Tuple[int, str], nn.Module] = {}
+    visited = set()
 
     def swap(module: nn.Linear, fqn: str, activation: str = "none") -> nn.Module:
         """`module` itself if it is to be skipped (and why is reported), else
@@ -250,8 +251,12 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
         return replacements[key]
 
     def convert(module: nn.Module, fqn: str) -> nn.Module:
-        # _modules, not named_children(): a module registered twice must be
-        # visited at each place (named_children lists it once).
+        # A container registered in several places is converted once.
+        if id(module) in visited:
+            return module
+        visited.add(id(module))
+        # _modules, not named_children(): a Linear registered twice in one
+        # container must be replaced at each place (named_children lists it once).
         names = [name for name, child in module._modules.items() if child is not None]
         fusing = activation_fusion and type(module) is nn.Sequential
         for name, next_name in zip(names, names[1:] + [None]):

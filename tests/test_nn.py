@@ -142,9 +142,12 @@ def test_materialized_lazy_linear_is_swapped():
 
 def test_shared_module_stays_shared():
     lin = nn.Linear(8, 8)
-    model = nn.Sequential(lin, nn.Tanh(), lin)
+    shared_block = nn.Sequential(nn.Linear(8, 8))
+    model = nn.Sequential(lin, nn.Tanh(), lin, shared_block, shared_block)
     swap_linear_(model, policy=None)
     assert model[0] is model[2] and isinstance(model[0], TF32Linear)
+    assert model[3] is model[4] and isinstance(model[3][0], TF32Linear)
+    assert model.pygpukit_swap_report.swapped == ["0", "2", "3.0"] and model.pygpukit_swap_report.skipped == []
     unswap_linear_(model)
     assert model[0] is model[2] and type(model[0]) is nn.Linear and model[0].weight is lin.weight
 
