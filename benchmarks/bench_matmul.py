@@ -12,18 +12,14 @@ float64 product of the same inputs.
 
 import argparse
 import contextlib
-import datetime
-import itertools
-import math
 import os
 
 import torch
 import torch.utils.benchmark as benchmark
 
 import pygpukit_torch
+from _common import append_markdown, markdown_table, rotation_count, run_header, time_rotating
 from pygpukit_torch.testing import cublas_tf32, rel_error
-
-L2_BYTES = 60 * 2 ** 20  # H200; inputs rotate over > 3x this
 
 SHAPES = (
     [("square", n, n, n, "nn") for n in (1024, 2048, 4096, 8192)]
@@ -52,18 +48,6 @@ def forced(kernel):
     return fn
 
 
-def time_fn(fn, sets, label, sub_label, description):
-    cycle = itertools.cycle(sets)
-
-    def step():
-        a, b = next(cycle)
-        fn(a, b)
-
-    t = benchmark.Timer(stmt="step()", globals={"step": step}, label=label, sub_label=sub_label,
-                        description=description)
-    return t.blocked_autorange(min_run_time=1.0)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a subset of the shapes")
@@ -73,8 +57,7 @@ def main():
                              "auto,mma_sync_medium")
     args = parser.parse_args()
 
-    gpu = torch.cuda.get_device_name()
-    header = (f"{datetime.date.today()} · {gpu} · torch {torch.__version__} · CUDA {torch.version.cuda}")
+    header = run_header()
     print(header)
     variants = {
         "pygpukit tf32": (lambda a, b: pygpukit_torch.matmul_tf32(a, b), None),
@@ -86,8 +69,7 @@ def main():
         variants[f"pygpukit {kernel}"] = (forced(kernel), None)
     results, rows = [], []
     for kind, m, n, k, layout in (QUICK if args.quick else SHAPES):
-        bytes_per_set = 4 * (m * k + k * n)
-        sets = make_inputs(m, n, k, layout, max(1, math.ceil(3 * L2_BYTES / bytes_per_set)))
+        sets = make_inputs(m, n, k, layout, rotation_count(4 * (m * k + k * n)))
         a0, b0 = sets[0]
         ref = torch.matmul(a0.double(), b0.double())
         sub = f"{kind} {m}x{n}x{k} {layout}"
@@ -95,7 +77,7 @@ def main():
         for name, (fn, tf32) in variants.items():
             with cublas_tf32(bool(tf32)) if tf32 is not None else contextlib.nullcontext():
                 err = rel_error(fn(a0, b0), ref)
-                r = time_fn(fn, sets, "matmul TFLOP/s", sub, name)
+                r = time_rotating(fn, sets, "matmul TFLOP/s", sub, name)
             results.append(r)
             row[name] = (2 * m * n * k / r.median / 1e12, err, r.median * 1e6)
         info = pygpukit_torch.kernel_info(a0, b0)
@@ -108,19 +90,17 @@ def main():
         del sets, ref
 
     benchmark.Compare(results).print()
-    lines = [f"### {header}", "",
-             "| shape (M×N×K, layout) | pygpukit TF32 TFLOP/s | cuBLAS TF32 | cuBLAS FP32 | ours / cuBLAS TF32 "
-             "| ours / cuBLAS FP32 | rel. err ours | rel. err cuBLAS TF32 | kernel |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    columns = ["shape (M×N×K, layout)", "pygpukit TF32 TFLOP/s", "cuBLAS TF32", "cuBLAS FP32", "ours / cuBLAS TF32",
+               "ours / cuBLAS FP32", "rel. err ours", "rel. err cuBLAS TF32", "kernel"]
+    cells = []
     for row, info in rows:
         o, t, f = row["pygpukit tf32"], row["cuBLAS tf32"], row["cuBLAS fp32"]
-        lines.append(f"| {row['shape']} | {o[0]:.1f} | {t[0]:.1f} | {f[0]:.1f} | {o[0] / t[0]:.2f} | "
-                     f"{o[0] / f[0]:.2f} | {o[1]:.2e} | {t[1]:.2e} | {info} |")
+        cells.append([row["shape"], f"{o[0]:.1f}", f"{t[0]:.1f}", f"{f[0]:.1f}", f"{o[0] / t[0]:.2f}",
+                      f"{o[0] / f[0]:.2f}", f"{o[1]:.2e}", f"{t[1]:.2e}", info])
+    lines = [f"### {header}", ""] + markdown_table(columns, cells)
     table = "\n".join(lines) + "\n"
     print(table)
-    if args.markdown:
-        with open(args.markdown, "a") as fh:
-            fh.write(table + "\n")
+    append_markdown(args.markdown, table)
 
 
 if __name__ == "__main__":

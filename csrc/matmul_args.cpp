@@ -5,22 +5,9 @@
 
 #include <c10/util/Exception.h>
 
+#include "error_format.h"
+
 namespace pygpukit {
-namespace {
-
-// Numbers and shapes go into error messages as ready-made strings: streaming
-// an integer into c10::str's std::ostringstream crashed (SIGSEGV in
-// ostream::_M_insert<long>) with torch 2.11's wheel and GCC 13 on the H200
-// machine, while strings stream fine.
-std::string num(int64_t v) { return std::to_string(v); }
-
-std::string shape(at::IntArrayRef sizes) {
-  std::string s = "[";
-  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + num(sizes[i]);
-  return s + "]";
-}
-
-}  // namespace
 
 MatmulShapes check_matmul_args(const at::Tensor& a, const at::Tensor& b) {
   TORCH_CHECK(a.dim() >= 1 && b.dim() >= 1,
@@ -64,7 +51,7 @@ MatmulShapes check_matmul_args(const at::Tensor& a, const at::Tensor& b) {
   return s;
 }
 
-Precision parse_precision(std::optional<c10::string_view> precision) {
+Precision parse_precision(std::optional<c10::string_view> precision, const char* op) {
   if (!precision.has_value()) {
     const char* env = std::getenv("PYGPUKIT_ALLOW_TF32");
     const std::string v = env ? env : "";
@@ -72,7 +59,7 @@ Precision parse_precision(std::optional<c10::string_view> precision) {
   }
   if (*precision == "tf32") return Precision::kTF32;
   if (*precision == "ieee") return Precision::kIEEE;
-  TORCH_CHECK_VALUE(false, "matmul_tf32: precision must be 'tf32', 'ieee' or None, got '",
+  TORCH_CHECK_VALUE(false, op, ": precision must be 'tf32', 'ieee' or None, got '",
                     std::string(precision->data(), precision->size()), "'");
 }
 

@@ -28,7 +28,8 @@ struct MatmulShapes {
 MatmulShapes check_matmul_args(const at::Tensor& a, const at::Tensor& b);
 
 // "tf32" or "ieee"; None reads the environment: PYGPUKIT_ALLOW_TF32=0 (or
-// "false") selects "ieee", anything else "tf32". Throws ValueError otherwise.
-Precision parse_precision(std::optional<c10::string_view> precision);
+// "false") selects "ieee", anything else "tf32". Throws ValueError otherwise,
+// naming the operator `op` (every pygpukit operator takes this argument).
+Precision parse_precision(std::optional<c10::string_view> precision, const char* op);
 
 }  // namespace pygpukit

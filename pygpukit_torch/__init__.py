@@ -3,15 +3,18 @@
 ``torch.ops.pygpukit.matmul_tf32(a, b)`` (or :func:`matmul_tf32`) multiplies
 float32 tensors with torch.matmul's shape rules on our own TF32 GEMM kernels
 (CUDA: wgmma + TMA on Hopper, mma.sync on sm_80+), or emulates the same
-arithmetic on the CPU.
+arithmetic on the CPU. :func:`linear_tf32` is ``act(F.linear(x, weight,
+bias))`` with bias and activation fused into the kernel's epilogue;
+:class:`TF32Linear` and :func:`swap_linear_` put it into models.
 """
 
 import torch  # noqa: F401  (loads libtorch, which _C links against)
 
 from . import _C  # noqa: F401,E402  (registers the pygpukit::* operators)
 from .dispatch import force_kernel
-from .nn import SwapReport, TF32Linear, swap_linear_, unswap_linear_
-from .ops import kernel_info, matmul_tf32
+from .nn import SwapReport, TF32Linear, swap_linear_, swapped_linear, unswap_linear_
+from .ops import kernel_info, linear_tf32, matmul_tf32
 
-__all__ = ["matmul_tf32", "kernel_info", "force_kernel", "TF32Linear", "swap_linear_", "unswap_linear_", "SwapReport"]
+__all__ = ["matmul_tf32", "linear_tf32", "kernel_info", "force_kernel", "TF32Linear", "swap_linear_",
+           "unswap_linear_", "swapped_linear", "SwapReport"]
 __version__ = "0.1.0"

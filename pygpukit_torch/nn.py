@@ -1,119 +1,342 @@
-"""``nn.Linear`` on pygpukit's TF32 matmul, and a helper that swaps a model's
-Linear layers for it (a first version: the fused bias/activation epilogue,
-activation fusion and the size policy come with the linear_tf32 op).
+"""``nn.Linear`` on pygpukit's fused TF32 linear op, and the helpers that swap
+a model's Linear layers for it and back.
+
+The swap mechanism (:func:`swap_linear_`, :func:`unswap_linear_`,
+:func:`swapped_linear`) is generic: which layers it may replace is decided by
+what a TF32Linear can represent faithfully (exact ``nn.Linear``, float32,
+real Parameters, no hooks). Which layers are worth replacing is a separate,
+replaceable policy (:func:`default_policy`), and the caller's
+``filter_fn(module, fqn)`` narrows it further, as in torchao's ``quantize_``.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 from torch import nn
 
-from .ops import matmul_tf32
+from .ops import ACTIVATIONS, PRECISIONS, linear_tf32
 
 log = logging.getLogger(__name__)
 
+FilterFn = Callable[[nn.Module, str], bool]
+Policy = Callable[[nn.Linear, str], Optional[str]]
+
+
+def _check_options(activation: str, precision: Optional[str]) -> None:
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"TF32Linear: unknown activation {activation!r}; expected one of "
+                         + ", ".join(repr(a) for a in ACTIVATIONS))
+    if precision is not None and precision not in PRECISIONS:
+        raise ValueError(f"TF32Linear: precision must be 'tf32', 'ieee' or None, got {precision!r}")
+
 
 class TF32Linear(nn.Linear):
-    """Drop-in ``nn.Linear`` whose product runs on ``pygpukit::matmul_tf32``.
+    """Drop-in ``nn.Linear`` computing ``act(x @ weight.T + bias)`` with
+    :func:`pygpukit_torch.linear_tf32`: TF32 tensor cores, bias and activation
+    fused into the kernel's epilogue.
 
-    Same parameters (``weight[out_features, in_features]``, optional
-    ``bias[out_features]``), same ``state_dict`` keys and ``repr``, so a
-    checkpoint loads into either class. The weight is read in place as the
-    column-major right operand (``weight.mT``), never copied.
+    Same parameters (float32 ``weight[out_features, in_features]``, optional
+    ``bias[out_features]``), same ``state_dict`` keys and ``extra_repr`` as
+    ``nn.Linear`` (plus ``activation=...`` when there is one), so a checkpoint
+    loads into either class. The activation is a plain attribute, not state.
+
+    Args:
+        in_features, out_features, bias, device, dtype: as ``nn.Linear``.
+        activation: ``"none"`` (default), ``"relu"``, ``"gelu"``,
+            ``"gelu_tanh"`` or ``"silu"``, applied after the bias.
+        precision: ``"tf32"``, ``"ieee"`` or ``None``, as for matmul_tf32.
+
+    Shapes: input ``[..., in_features]`` float32, output ``[..., out_features]``.
+
+    Raises:
+        ValueError: an unknown activation or precision (at construction).
+        RuntimeError: from forward, an input that is not float32 or whose last
+            dimension is not ``in_features``.
     """
 
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
+                 activation: str = "none", precision: Optional[str] = None):
+        _check_options(activation, precision)
+        super().__init__(in_features, out_features, bias, device, dtype)
+        self.activation = activation
+        self.precision = precision
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = matmul_tf32(x, self.weight.mT)
-        return y + self.bias if self.bias is not None else y
+        return linear_tf32(x, self.weight, self.bias, self.activation, precision=self.precision)
+
+    def extra_repr(self) -> str:
+        extra = super().extra_repr()
+        if self.activation != "none":
+            extra += f", activation={self.activation!r}"
+        if self.precision is not None:
+            extra += f", precision={self.precision!r}"
+        return extra
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear) -> "TF32Linear":
+    def from_linear(cls, linear: nn.Linear, *, activation: str = "none",
+                    precision: Optional[str] = None) -> "TF32Linear":
         """A TF32Linear around the very same Parameter objects as `linear`
         (tied weights stay tied; optimizers holding them keep working)."""
-        return _around_same_parameters(cls, linear)
+        _check_options(activation, precision)
+        return _around_same_parameters(cls, linear, activation=activation, precision=precision)
 
     def to_linear(self) -> nn.Linear:
-        """A plain nn.Linear around the same Parameter objects."""
+        """A plain nn.Linear around the same Parameter objects (the fused
+        activation, if any, is not part of it)."""
         return _around_same_parameters(nn.Linear, self)
 
 
-def _around_same_parameters(cls, linear: nn.Linear) -> nn.Linear:
+def _around_same_parameters(cls, linear: nn.Linear, **attributes) -> nn.Linear:
     """An instance of `cls` (nn.Linear or a subclass) built without allocating
-    parameters, holding `linear`'s own weight and bias Parameters."""
+    parameters, holding `linear`'s own weight and bias Parameters, in the
+    same train/eval mode, with `attributes` set on it."""
     new = cls.__new__(cls)
     nn.Module.__init__(new)
     new.in_features, new.out_features = linear.in_features, linear.out_features
     new.weight = linear.weight
     new.bias = linear.bias
+    for name, value in attributes.items():
+        setattr(new, name, value)
     new.train(linear.training)
     return new
 
 
-@dataclass
-class SwapReport:
-    """What swap_linear_ did: fully qualified names swapped, and skipped with why."""
+# ---- policy: which layers are worth swapping ----------------------------------------------------
 
-    swapped: List[str] = field(default_factory=list)
-    skipped: List[Tuple[str, str]] = field(default_factory=list)
+# Layers with fewer weights (in_features * out_features) than this stay on
+# torch. PROVISIONAL, to be replaced by the crossover that
+# benchmarks/bench_linear.py measures on the H200: the only evidence so far is
+# the MiniLM demo (layers 384x384 to 384x1536, 90 tokens), faster swapped
+# (2.33 vs 2.62 ms per batch, benchmarks/RESULTS.md), while launch overhead
+# and our slow small-M tiles make tiny layers a likely loss.
+MIN_SWAP_WEIGHT_ELEMENTS = 128 * 128
 
-    def summary(self) -> str:
-        return f"swapped {len(self.swapped)} nn.Linear layer(s), skipped {len(self.skipped)}"
 
-
-def _skip_reason(module: nn.Linear) -> Optional[str]:
-    if isinstance(module.weight, nn.parameter.UninitializedParameter):
-        return "lazy layer not materialized yet"
-    if type(module) is not nn.Linear:
-        return f"subclass {type(module).__name__} of nn.Linear (only exact nn.Linear is swapped)"
-    if module.weight.device.type == "meta":
-        return "parameters on the meta device"
-    if module.weight.dtype != torch.float32:
-        return f"weight dtype {module.weight.dtype}, not float32"
+def default_policy(module: nn.Linear, fqn: str) -> Optional[str]:
+    """None to swap `module`, else the reason not to: layers with fewer than
+    MIN_SWAP_WEIGHT_ELEMENTS weights are not worth a custom kernel."""
+    size = module.in_features * module.out_features
+    if size < MIN_SWAP_WEIGHT_ELEMENTS:
+        return (f"small layer ({module.in_features} -> {module.out_features}, {size} weights < "
+                f"MIN_SWAP_WEIGHT_ELEMENTS = {MIN_SWAP_WEIGHT_ELEMENTS})")
     return None
 
 
-def swap_linear_(model: nn.Module, *, filter_fn: Optional[Callable[[nn.Module, str], bool]] = None
-                 ) -> nn.Module:
-    """Replaces, in place, every exact ``nn.Linear`` in `model` for which
-    ``filter_fn(module, fqn)`` is true (all by default) with a
-    :class:`TF32Linear` sharing its Parameters; returns the model (the new
-    module if `model` itself is a Linear). The report is logged and kept as
-    ``model.pygpukit_swap_report`` (a :class:`SwapReport`).
+# ---- mechanism ---------------------------------------------------------------------------------
+
+@dataclass
+class SwapReport:
+    """What swap_linear_ did, by fully qualified module name.
+
+    swapped: every Linear replaced by a TF32Linear; fused: the subset that
+    absorbed the activation module after it, with that activation's name;
+    skipped: (name, reason) for every Linear left alone.
     """
+
+    swapped: List[str] = field(default_factory=list)
+    fused: List[Tuple[str, str]] = field(default_factory=list)
+    skipped: List[Tuple[str, str]] = field(default_factory=list)
+
+    def summary(self) -> str:
+        text = f"swapped {len(self.swapped)} nn.Linear layer(s)"
+        if self.fused:
+            text += f" ({len(self.fused)} with a fused activation)"
+        text += f", skipped {len(self.skipped)}"
+        reasons = collections.Counter(reason for _, reason in self.skipped)
+        if reasons:
+            text += ": " + "; ".join(f"{n} x {reason}" for reason, n in reasons.items())
+        return text
+
+
+# Activation modules that linear_tf32's epilogue computes identically.
+def _fusable_activation(module: Optional[nn.Module]) -> Optional[str]:
+    if type(module) is nn.ReLU:
+        return "relu"
+    if type(module) is nn.GELU:
+        return {"none": "gelu", "tanh": "gelu_tanh"}.get(module.approximate)
+    if type(module) is nn.SiLU:
+        return "silu"
+    return None
+
+
+def _unswappable_reason(module: nn.Linear, swap_subclasses: bool) -> Optional[str]:
+    """Why a TF32Linear could not stand in for `module` faithfully, or None."""
+    if isinstance(module, TF32Linear):
+        return "already a TF32Linear"
+    if isinstance(module.weight, nn.parameter.UninitializedParameter):
+        return "lazy layer not materialized yet (run one forward pass first)"
+    if type(module) is not nn.Linear and not swap_subclasses:
+        return (f"subclass {type(module).__name__} of nn.Linear: its forward may differ "
+                "(swap_subclasses=True swaps it anyway)")
+    extra = {name for name, _ in module.named_parameters(recurse=False)}
+    extra |= {name for name, _ in module.named_buffers(recurse=False)}
+    extra = sorted((extra - {"weight", "bias"}) | {name for name, _ in module.named_children()})
+    if extra or not isinstance(module.weight, nn.Parameter):
+        return (f"state beyond plain weight and bias Parameters ({', '.join(extra) or 'computed weight'}; "
+                "e.g. weight_norm or a parametrization)")
+    if any(getattr(module, hooks, None) for hooks in ("_forward_pre_hooks", "_forward_hooks",
+                                                       "_backward_pre_hooks", "_backward_hooks")):
+        return "has module hooks, which a new module would not carry over"
+    if module.weight.device.type == "meta":
+        return "parameters on the meta device (load real weights first)"
+    dtypes = {module.weight.dtype} | ({module.bias.dtype} if module.bias is not None else set())
+    if dtypes != {torch.float32}:
+        return f"parameters of dtype {', '.join(sorted(str(d) for d in dtypes))}, not float32"
+    return None
+
+
+def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, activation_fusion: bool = False,
+                 precision: Optional[str] = None, policy: Optional[Policy] = default_policy,
+                 swap_subclasses: bool = False) -> nn.Module:
+    """Replaces, in place, the ``nn.Linear`` modules of `model` with
+    :class:`TF32Linear` modules around the very same Parameter objects.
+
+    A Linear (at any depth, including inside ``nn.Sequential``,
+    ``nn.ModuleList`` and ``nn.ModuleDict``, or `model` itself) is swapped
+    unless, in this order:
+
+    * a TF32Linear could not reproduce it: an unmaterialized ``LazyLinear``,
+      a subclass of nn.Linear (unless ``swap_subclasses``), extra
+      parameters/buffers or module hooks (e.g. ``weight_norm``), meta-device
+      or non-float32 parameters;
+    * ``filter_fn(module, fqn)`` is false;
+    * ``policy(module, fqn)`` returns a reason (``policy=None`` swaps every
+      layer that passes the checks above).
+
+    Args:
+        model: any module; it is modified in place.
+        filter_fn: ``(module, fully qualified name) -> bool``, True to swap.
+        activation_fusion: if True, a swapped Linear directly followed by
+            ``nn.ReLU``, ``nn.GELU`` (either approximation) or ``nn.SiLU``
+            in an ``nn.Sequential`` takes that activation into its epilogue,
+            and the activation module becomes ``nn.Identity``.
+        precision: the new modules' precision (see matmul_tf32).
+        policy: ``(module, fqn) -> reason or None``; default
+            :func:`default_policy` (skips small layers).
+        swap_subclasses: also swap subclasses of nn.Linear (their own
+            forward, if any, is then not used).
+
+    Returns:
+        `model`, or the new TF32Linear when `model` itself is a swapped
+        Linear. A :class:`SwapReport` is logged (INFO, summary) and stored as
+        ``pygpukit_swap_report`` on the returned module. A Linear reachable
+        under several names is replaced by one shared TF32Linear.
+    """
+    _check_options("none", precision)
     report = SwapReport()
+    replacements: Dict[Tuple[int, str], nn.Module] = {}
+    visited = set()
+
+    def swap(module: nn.Linear, fqn: str, activation: str = "none") -> nn.Module:
+        """`module` itself if it is to be skipped (and why is reported), else
+        its TF32Linear (one per Linear and activation)."""
+        reason = _unswappable_reason(module, swap_subclasses)
+        if reason is None and filter_fn is not None and not filter_fn(module, fqn):
+            reason = "excluded by filter_fn"
+        if reason is None and policy is not None:
+            reason = policy(module, fqn)
+        if reason is not None:
+            report.skipped.append((fqn, reason))
+            return module
+        key = (id(module), activation)
+        if key not in replacements:
+            replacements[key] = TF32Linear.from_linear(module, activation=activation, precision=precision)
+        report.swapped.append(fqn)
+        return replacements[key]
 
     def convert(module: nn.Module, fqn: str) -> nn.Module:
-        if isinstance(module, nn.Linear) and not isinstance(module, TF32Linear):
-            reason = _skip_reason(module)
-            if reason is None and filter_fn is not None and not filter_fn(module, fqn):
-                reason = "excluded by filter_fn"
-            if reason is not None:
-                report.skipped.append((fqn, reason))
-                return module
-            report.swapped.append(fqn)
-            return TF32Linear.from_linear(module)
-        for name, child in module.named_children():
-            new = convert(child, f"{fqn}.{name}" if fqn else name)
+        # A container registered in several places is converted once.
+        if id(module) in visited:
+            return module
+        visited.add(id(module))
+        # _modules, not named_children(): a Linear registered twice in one
+        # container must be replaced at each place (named_children lists it once).
+        names = [name for name, child in module._modules.items() if child is not None]
+        fusing = activation_fusion and type(module) is nn.Sequential
+        for name, next_name in zip(names, names[1:] + [None]):
+            child, child_fqn = module._modules[name], f"{fqn}.{name}" if fqn else name
+            if not isinstance(child, nn.Linear):
+                new = convert(child, child_fqn)
+            else:
+                act_module = module._modules[next_name] if fusing and next_name is not None else None
+                activation = _fusable_activation(act_module)
+                new = swap(child, child_fqn, activation or "none")
+                if activation is not None and new is not child:
+                    # Kept outside _modules (no new state_dict or
+                    # named_modules entry), so that unswap_linear_ can put
+                    # the very same module back.
+                    new.__dict__["_unfused_activation"] = act_module
+                    setattr(module, next_name, nn.Identity())
+                    report.fused.append((child_fqn, activation))
             if new is not child:
                 setattr(module, name, new)
         return module
 
-    model = convert(model, "")
+    model = swap(model, "") if isinstance(model, nn.Linear) else convert(model, "")
     log.info("pygpukit swap_linear_: %s", report.summary())
     model.pygpukit_swap_report = report
     return model
 
 
-def unswap_linear_(model: nn.Module) -> nn.Module:
-    """Puts plain ``nn.Linear`` back around the same Parameters; returns the model."""
+def unswap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None) -> nn.Module:
+    """Puts a plain ``nn.Linear`` back around the same Parameters in place of
+    every :class:`TF32Linear` in `model` (those for which
+    ``filter_fn(module, fqn)`` is true, if given), and the original
+    activation module back in place of the ``nn.Identity`` that activation
+    fusion left. A TF32Linear with an activation that swap_linear_ did not
+    fuse has no module to restore it to and stays (a warning is logged).
+
+    Returns `model`, or the new nn.Linear when `model` itself is a TF32Linear.
+    """
+    replacements: Dict[int, nn.Module] = {}
+
+    def restore(module: TF32Linear, fqn: str, parent: Optional[nn.Module], next_name: Optional[str]) -> nn.Module:
+        if filter_fn is not None and not filter_fn(module, fqn):
+            return module
+        if module.activation != "none":
+            unfused = module.__dict__.get("_unfused_activation")
+            if unfused is None or parent is None or type(parent._modules.get(next_name)) is not nn.Identity:
+                log.warning("pygpukit unswap_linear_: kept TF32Linear %r with activation %r: no activation "
+                            "module to restore", fqn, module.activation)
+                return module
+            setattr(parent, next_name, unfused)
+        if id(module) not in replacements:
+            replacements[id(module)] = module.to_linear()
+        return replacements[id(module)]
+
+    def convert(module: nn.Module, fqn: str) -> nn.Module:
+        names = [name for name, child in module._modules.items() if child is not None]
+        for name, next_name in zip(names, names[1:] + [None]):
+            child, child_fqn = module._modules[name], f"{fqn}.{name}" if fqn else name
+            if isinstance(child, TF32Linear):
+                new = restore(child, child_fqn, module if type(module) is nn.Sequential else None, next_name)
+            else:
+                new = convert(child, child_fqn)
+            if new is not child:
+                setattr(module, name, new)
+        return module
+
     if isinstance(model, TF32Linear):
-        return model.to_linear()
-    for name, child in model.named_children():
-        new = unswap_linear_(child)
-        if new is not child:
-            setattr(model, name, new)
-    return model
+        return restore(model, "", None, None)
+    return convert(model, "")
+
+
+@contextlib.contextmanager
+def swapped_linear(model: nn.Module, **swap_kwargs) -> Iterator[nn.Module]:
+    """``with swapped_linear(model, **kwargs) as m:`` runs the body with
+    `model`'s Linear layers swapped (:func:`swap_linear_` with `swap_kwargs`;
+    `m` is `model`, or the new module when `model` is itself a Linear), then
+    restores exactly the modules it swapped, also when the body raises.
+    TF32Linear modules that existed before are left as they were."""
+    before = {id(m) for m in model.modules() if isinstance(m, TF32Linear)}
+    swapped = swap_linear_(model, **swap_kwargs)
+    try:
+        yield swapped
+    finally:
+        unswap_linear_(swapped, filter_fn=lambda module, fqn: id(module) not in before)

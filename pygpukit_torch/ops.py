@@ -13,6 +13,7 @@ from typing import Optional
 import torch
 
 PRECISIONS = ("tf32", "ieee")
+ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
 
 def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = None) -> torch.Tensor:
@@ -68,10 +69,15 @@ def _matmul_shape(a: torch.Tensor, b: torch.Tensor) -> list:
     return out
 
 
+def _check_precision(op: str, precision: Optional[str]) -> None:
+    """The C++ parse_precision's check, for the fake implementations."""
+    torch._check(precision is None or precision in PRECISIONS,
+                 lambda: f"{op}: precision must be 'tf32', 'ieee' or None, got {precision!r}")
+
+
 @torch.library.register_fake("pygpukit::matmul_tf32")
 def _(a, b, *, precision=None):
-    torch._check(precision is None or precision in PRECISIONS,
-                 lambda: f"matmul_tf32: precision must be 'tf32', 'ieee' or None, got {precision!r}")
+    _check_precision("matmul_tf32", precision)
     # Contiguous, exactly like the CUDA and CPU kernels' results.
     return a.new_empty(_matmul_shape(a, b))
 
@@ -114,3 +120,112 @@ def _backward(ctx, grad):
 
 
 torch.library.register_autograd("pygpukit::matmul_tf32", _backward, setup_context=_setup_context)
+
+
+def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+                activation: str = "none", *, precision: Optional[str] = None) -> torch.Tensor:
+    """``act(x @ weight.T + bias)``, :func:`torch.nn.functional.linear` plus an
+    activation, fused on TF32 tensor cores.
+
+    On CUDA, bias and activation are applied to the accumulators in registers
+    before the output's only store (no extra pass over memory), and the
+    weight is read in place in nn.Linear's layout, never transposed by a copy.
+
+    Args:
+        x: float32 ``[..., in_features]`` (at least 1-D). Its leading
+            dimensions are flattened into rows without copying whenever
+            ``reshape`` can (contiguous tensors, row-major views); row- or
+            column-major 2-D views are read in place; other strides cost one copy.
+        weight: float32 ``[out_features, in_features]``, as nn.Linear stores it.
+        bias: float32 ``[out_features]`` or ``None``.
+        activation: ``"none"``, ``"relu"``, ``"gelu"`` (erf form, F.gelu's
+            default), ``"gelu_tanh"`` (``F.gelu(approximate="tanh")``) or ``"silu"``.
+        precision: as for :func:`matmul_tf32`.
+
+    Returns:
+        A new contiguous float32 tensor ``[..., out_features]`` on x's device.
+
+    Raises:
+        RuntimeError: a 0-D x, a weight that is not 2-D, a bias that is not
+            ``[out_features]``, a dtype other than float32, tensors on
+            different devices, or ``x.shape[-1] != weight.shape[1]``.
+        ValueError: an unknown ``activation`` or ``precision``.
+    """
+    return torch.ops.pygpukit.linear_tf32.default(x, weight, bias, activation, precision=precision)
+
+
+@torch.library.register_fake("pygpukit::linear_tf32")
+def _(x, weight, bias=None, activation="none", *, precision=None):
+    _check_precision("linear_tf32", precision)
+    torch._check(activation in ACTIVATIONS,
+                 lambda: f"linear_tf32: unknown activation {activation!r}; expected one of "
+                         + ", ".join(repr(a) for a in ACTIVATIONS))
+    tensors = [x, weight] + ([bias] if bias is not None else [])
+    torch._check(x.dim() >= 1, lambda: "linear_tf32: x needs at least 1 dimension, got a 0-d tensor")
+    torch._check(weight.dim() == 2,
+                 lambda: f"linear_tf32: expected weight of shape [out_features, in_features], got shape "
+                         f"{list(weight.shape)}")
+    torch._check(bias is None or (bias.dim() == 1 and bias.shape[0] == weight.shape[0]),
+                 lambda: f"linear_tf32: expected bias of shape [{weight.shape[0]}], got shape {list(bias.shape)}")
+    torch._check(all(t.dtype == torch.float32 for t in tensors),
+                 lambda: f"linear_tf32: expected float32 tensors, got dtypes {[t.dtype for t in tensors]}")
+    torch._check(all(t.device == x.device for t in tensors),
+                 lambda: f"linear_tf32: expected x, weight and bias on the same device, got "
+                         f"{[str(t.device) for t in tensors]}")
+    torch._check(x.shape[-1] == weight.shape[1],
+                 lambda: f"linear_tf32: x's last dimension must equal weight's in_features: x has shape "
+                         f"{list(x.shape)} and weight has shape {list(weight.shape)}")
+    # Contiguous, exactly like the CUDA and CPU kernels' results.
+    return x.new_empty(tuple(x.shape[:-1]) + (weight.shape[0],))
+
+
+def _linear_setup_context(ctx, inputs, keyword_only_inputs, output):
+    x, weight, bias, activation = inputs
+    need_x, need_w = ctx.needs_input_grad[:2]
+    ctx.activation = activation
+    ctx.precision = keyword_only_inputs.get("precision")
+    ctx.has_bias = bias is not None
+    # The activation's derivative needs the pre-activation z = x @ weight.T +
+    # bias, which the op does not return. Saving it would take a second
+    # output: an extra M x N store in every forward, inference included, and
+    # M x N more activation memory per layer in training. Instead backward
+    # recomputes z with one more (non-activated) linear_tf32, like activation
+    # checkpointing; the kernels are deterministic, so it is bitwise the
+    # forward's z. ReLU needs no z: z > 0 exactly where the output is > 0.
+    recompute = activation in ("gelu", "gelu_tanh", "silu")
+    ctx.save_for_backward(x if (need_w or recompute) else None,
+                          weight if (need_x or recompute) else None,
+                          bias if recompute else None,
+                          output if activation == "relu" else None)
+
+
+def _activation_backward(ctx, grad, x, weight, bias, output):
+    """dL/dz from dL/dy for y = act(z), with ATen's own derivative formulas."""
+    act = ctx.activation
+    if act == "none":
+        return grad
+    if act == "relu":
+        return torch.ops.aten.threshold_backward(grad, output, 0)
+    z = linear_tf32(x, weight, bias, precision=ctx.precision)
+    if act == "silu":
+        return torch.ops.aten.silu_backward(grad, z)
+    return torch.ops.aten.gelu_backward(grad, z, approximate="tanh" if act == "gelu_tanh" else "none")
+
+
+def _linear_backward(ctx, grad):
+    """With g = dL/dz: grad_x = g @ weight, grad_weight = gᵀ @ x (over all
+    rows), grad_bias = g summed over rows; the products on matmul_tf32 at the
+    forward's precision, transposes read in place."""
+    x, weight, bias, output = ctx.saved_tensors
+    g = _activation_backward(ctx, grad, x, weight, bias, output)
+    # The dispatcher drops arguments equal to their defaults (bias=None), so
+    # needs_input_grad can be shorter than the schema's argument list.
+    need_x, need_w, need_b = (tuple(ctx.needs_input_grad) + (False,) * 3)[:3]
+    grad_x = matmul_tf32(g, weight, precision=ctx.precision) if need_x else None
+    g2 = g.reshape(-1, g.shape[-1])
+    grad_w = matmul_tf32(g2.mT, x.reshape(-1, x.shape[-1]), precision=ctx.precision) if need_w else None
+    grad_b = g2.sum(0) if (need_b and ctx.has_bias) else None
+    return grad_x, grad_w, grad_b, None
+
+
+torch.library.register_autograd("pygpukit::linear_tf32", _linear_backward, setup_context=_linear_setup_context)

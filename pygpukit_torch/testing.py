@@ -1,11 +1,12 @@
-"""Helpers for comparing pygpukit's matmul with torch.matmul in tests and
-benchmarks."""
+"""Helpers for comparing pygpukit's ops with torch in tests and benchmarks."""
 
 from __future__ import annotations
 
 import contextlib
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 
 @contextlib.contextmanager
@@ -29,6 +30,40 @@ def cublas_tf32(enabled: bool):
 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """‖out − ref‖ / ‖ref‖, computed in float64."""
-    ref = ref.double()
-    return float((out.double() - ref).norm() / ref.norm())
+    """‖out − ref‖ / ‖ref‖, computed in float64 (outside autograd)."""
+    ref = ref.detach().double()
+    return float((out.detach().double() - ref).norm() / ref.norm())
+
+
+class LlamaBlock(nn.Module):
+    """A Llama-style decoder block built from plain ``nn.Linear`` (no bias):
+    pre-RMSNorm causal attention with q/k/v/o projections (grouped-query
+    when kv_heads < heads) and a gated SiLU MLP (gate/up/down). Rotary
+    embeddings are left out: they touch no Linear layer.
+    Llama-3-8B's sizes: dim=4096, heads=32, kv_heads=8, hidden=14336.
+
+    Shapes: x ``[batch, tokens, dim]`` -> ``[batch, tokens, dim]``.
+    """
+
+    def __init__(self, dim: int = 256, heads: int = 4, kv_heads: int = 4, hidden: int = 512):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
+        self.attn_norm, self.mlp_norm = nn.RMSNorm(dim), nn.RMSNorm(dim)
+        self.q_proj = nn.Linear(dim, dim, bias=False)
+        self.k_proj = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(dim, dim, bias=False)
+        self.gate_proj = nn.Linear(dim, hidden, bias=False)
+        self.up_proj = nn.Linear(dim, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        h = self.attn_norm(x)
+        q = self.q_proj(h).view(b, t, self.heads, self.head_dim).transpose(1, 2)
+        k, v = (p(h).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2).repeat_interleave(
+            self.heads // self.kv_heads, dim=1) for p in (self.k_proj, self.v_proj))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o_proj(a.transpose(1, 2).reshape(b, t, d))
+        h = self.mlp_norm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))

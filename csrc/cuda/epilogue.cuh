@@ -10,8 +10,8 @@ namespace pygpukit {
 
 __device__ __forceinline__ float apply_activation(float x, Activation act) {
   switch (act) {
-    case Activation::kRelu:
-      return fmaxf(x, 0.0f);
+    case Activation::kRelu:  // NaN stays NaN, as in torch.relu (fmaxf would give 0)
+      return x < 0.0f ? 0.0f : x;
     case Activation::kGelu:  // x * Phi(x), exact (erf) form, as F.gelu
       return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
     case Activation::kGeluTanh:  // F.gelu(approximate="tanh")

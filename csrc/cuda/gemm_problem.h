@@ -1,8 +1,8 @@
 // Torch-free description of one (batched) GEMM, C = epilogue(A @ B), and the
 // launcher that runs it. Everything the kernels need is here as raw pointers,
 // sizes and strides, so the kernels can be tested and benchmarked without
-// torch, and the ATen adapter (matmul_tf32_cuda.cpp) is the only file that
-// knows about at::Tensor.
+// torch, and only the ATen adapters (gemm_adapter.h and the operators'
+// *_cuda.cpp files) know about at::Tensor.
 #pragma once
 
 #include <cstddef>

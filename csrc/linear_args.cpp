@@ -1,0 +1,49 @@
+#include "linear_args.h"
+
+#include <string>
+
+#include <c10/util/Exception.h>
+
+#include "error_format.h"
+
+namespace pygpukit {
+
+LinearShapes check_linear_args(const at::Tensor& x, const at::Tensor& weight,
+                               const std::optional<at::Tensor>& bias) {
+  const at::Tensor* b = bias.has_value() ? &*bias : nullptr;
+  TORCH_CHECK(x.dim() >= 1, "linear_tf32: x needs at least 1 dimension, got a 0-d tensor");
+  TORCH_CHECK(weight.dim() == 2,
+              "linear_tf32: expected weight of shape [out_features, in_features], got shape ",
+              shape(weight.sizes()));
+  TORCH_CHECK(!b || (b->dim() == 1 && b->size(0) == weight.size(0)),
+              "linear_tf32: expected bias of shape [", num(weight.size(0)),
+              "] (weight.size(0), the out_features), got shape ", b ? shape(b->sizes()) : "");
+  TORCH_CHECK(x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat &&
+                  (!b || b->scalar_type() == at::kFloat),
+              "linear_tf32: expected float32 tensors, got x of dtype ", x.scalar_type(),
+              ", weight of dtype ", weight.scalar_type(),
+              b ? std::string(" and bias of dtype ") + c10::toString(b->scalar_type()) : "");
+  TORCH_CHECK(x.layout() == at::kStrided && weight.layout() == at::kStrided &&
+                  (!b || b->layout() == at::kStrided),
+              "linear_tf32: expected dense (strided) tensors, got x with layout ", x.layout(),
+              ", weight with layout ", weight.layout(),
+              b ? std::string(" and bias with layout ") + c10::str(b->layout()) : "");
+  TORCH_CHECK(x.device() == weight.device() && (!b || b->device() == x.device()),
+              "linear_tf32: expected x, weight", b ? " and bias" : "",
+              " on the same device, got x on ", x.device().str(), ", weight on ",
+              weight.device().str(), b ? " and bias on " + b->device().str() : "");
+
+  LinearShapes s;
+  s.K = x.size(-1);
+  s.N = weight.size(0);
+  TORCH_CHECK(s.K == weight.size(1),
+              "linear_tf32: x's last dimension must equal weight's in_features: x has shape ",
+              shape(x.sizes()), " and weight has shape ", shape(weight.sizes()),
+              " (x.size(-1) = ", num(s.K), " but weight.size(1) = ", num(weight.size(1)), ")");
+  s.out.assign(x.sizes().begin(), x.sizes().end() - 1);
+  for (const int64_t d : s.out) s.M *= d;
+  s.out.push_back(s.N);
+  return s;
+}
+
+}  // namespace pygpukit

@@ -1,0 +1,45 @@
+// The pygpukit::linear_tf32 operator, y = act(x @ weight.T + bias) as
+// nn.Linear stores its parameters: its schema, and its CPU implementation
+// (the same TF32 emulation as matmul_tf32). The CUDA implementation, which
+// applies bias and activation in the GEMM's epilogue, registers in
+// cuda/linear_tf32_cuda.cpp.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include "activation.h"
+#include "linear_args.h"
+#include "matmul_args.h"
+#include "tf32_emulation.h"
+
+namespace pygpukit {
+namespace {
+
+at::Tensor linear_tf32_cpu(const at::Tensor& x, const at::Tensor& weight,
+                           const std::optional<at::Tensor>& bias, c10::string_view activation,
+                           std::optional<c10::string_view> precision) {
+  check_linear_args(x, weight, bias);
+  const Activation act = parse_activation(activation, "linear_tf32");
+  const Precision p = parse_precision(precision, "linear_tf32");
+  // Bias and activation in float64 on the float64 product, then one rounding
+  // to float32: at least as accurate as the GPU's FP32 epilogue.
+  at::Tensor y = at::matmul(emulated_operand(x, p), emulated_operand(weight, p).t());
+  if (bias.has_value()) y = y + bias->to(at::kDouble);
+  return apply_activation(y, act).to(at::kFloat).contiguous();
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(pygpukit, m) {
+  // act(x @ weight.T + bias) for float32 x[..., in_features],
+  // weight[out_features, in_features] (nn.Linear's layout) and bias[out_features]
+  // or None; activation: "none", "relu", "gelu" (erf), "gelu_tanh", "silu".
+  // The result is a new contiguous float32 tensor [..., out_features].
+  // precision as in matmul_tf32.
+  m.def(
+      "linear_tf32(Tensor x, Tensor weight, Tensor? bias=None, str activation=\"none\", *, "
+      "str? precision=None) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(pygpukit, CPU, m) { m.impl("linear_tf32", &linear_tf32_cpu); }
+
+}  // namespace pygpukit

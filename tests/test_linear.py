@@ -1,0 +1,270 @@
+"""pygpukit::linear_tf32: values against act(F.linear) in float64, gradients
+against PyTorch's, opcheck, special values and errors."""
+
+import pytest
+import torch
+
+from pygpukit_torch import linear_tf32
+from conftest import (ACTIVATIONS, DEVICES, assert_linear_close, linear_reference, poison_next_output,
+                      rel_error, requires_cuda)
+
+ACTS = list(ACTIVATIONS)
+
+
+def run(x, weight, bias=None, activation="none", precision=None):
+    """linear_tf32 with its output memory NaN-poisoned beforehand (on CUDA)."""
+    poison_next_output(tuple(x.shape[:-1]) + (weight.shape[0],), x.device.type)
+    return linear_tf32(x, weight, bias, activation, precision=precision)
+
+
+def layer(in_features, out_features, bias, device):
+    """weight and bias drawn like nn.Linear's (uniform ±1/sqrt(in_features))."""
+    lin = torch.nn.Linear(in_features, out_features, bias=bias, device=device)
+    return lin.weight.detach(), None if lin.bias is None else lin.bias.detach()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("activation", ACTS)
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("x_shape,out_features", [((33, 65), 47), ((3, 17, 40), 33), ((40,), 9),
+                                                  ((130, 257), 129), ((1, 64), 96)])
+def test_values(device, activation, bias, x_shape, out_features):
+    x = torch.randn(x_shape, device=device)
+    w, b = layer(x_shape[-1], out_features, bias, device)
+    assert_linear_close(run(x, w, b, activation), x, w, b, activation)
+
+
+@requires_cuda
+@pytest.mark.parametrize("activation", ACTS)
+@pytest.mark.parametrize("x_shape", [(2, 64, 4095), (333, 4095)])
+def test_odd_features_large_cuda(activation, x_shape):
+    x = torch.randn(x_shape, device="cuda")
+    w, b = layer(4095, 4097, True, "cuda")
+    assert_linear_close(run(x, w, b, activation), x, w, b, activation)
+
+
+def _x_view(kind, device):
+    """A [.., 5 or more rows, 24] x stored as `kind`."""
+    if kind == "sliced_features":  # row-major, leading dimension 40 (read in place)
+        return torch.randn(2, 7, 40, device=device)[..., 3:27]
+    if kind == "transposed":  # column-major 2-D (read in place)
+        return torch.randn(24, 37, device=device).mT
+    if kind == "every_other_row":  # leading dims merge with a stride (read in place)
+        return torch.randn(4, 10, 24, device=device)[:, ::2]
+    if kind == "transposed_batch":  # leading dims do not merge: one copy
+        return torch.randn(7, 3, 24, device=device).transpose(0, 1)
+    if kind == "strided_features":  # neither row- nor column-major: one copy
+        return torch.randn(9, 48, device=device)[:, ::2]
+    if kind == "expanded":  # stride-0 rows
+        return torch.randn(1, 24, device=device).expand(6, 24)
+    if kind == "offset":  # base pointer 4 bytes past 16-byte alignment
+        return torch.randn(13 * 24 + 1, device=device)[1:].view(13, 24)
+    raise ValueError(kind)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["sliced_features", "transposed", "every_other_row", "transposed_batch",
+                                  "strided_features", "expanded", "offset"])
+@pytest.mark.parametrize("activation", ["none", "gelu"])
+def test_non_contiguous_x(device, kind, activation):
+    x = _x_view(kind, device)
+    assert not x.is_contiguous() or kind == "offset"
+    w, b = layer(24, 19, True, device)
+    assert_linear_close(run(x, w, b, activation), x, w, b, activation)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_non_contiguous_weight_and_bias(device):
+    x = torch.randn(20, 24, device=device)
+    w_t = torch.randn(24, 19, device=device) / 5  # weight.mT: a row-major B, read in place
+    w_sliced = torch.randn(19, 30, device=device)[:, 2:26] / 5
+    b = torch.randn(38, device=device)[::2]  # strided bias: copied (N floats)
+    for w in (w_t.mT, w_sliced):
+        assert_linear_close(run(x, w, b, "silu"), x, w, b, "silu")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("activation", ACTS)
+@pytest.mark.parametrize("x_shape,out_features", [((0, 5), 3), ((4, 5), 0), ((2, 0, 5), 3), ((4, 0), 3)])
+def test_empty(device, activation, x_shape, out_features):
+    x = torch.randn(x_shape, device=device)
+    w, b = torch.randn(out_features, x_shape[-1], device=device), torch.randn(out_features, device=device)
+    out = linear_tf32(x, w, b, activation)
+    # K = 0: the product is zero, so the result is act(bias) on every row.
+    torch.testing.assert_close(out, linear_reference(x, w, b, activation).float())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("activation", ACTS)
+def test_ieee_precision(device, activation):
+    x = torch.randn(70, 300, device=device)
+    w, b = layer(300, 50, True, device)
+    out = run(x, w, b, activation, precision="ieee")
+    assert_linear_close(out, x, w, b, activation, precision="ieee")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("activation", ACTS)
+def test_nan_propagates_through_every_activation(device, activation):
+    x = torch.randn(8, 16, device=device)
+    x[2, 3] = float("nan")
+    w, b = layer(16, 12, True, device)
+    out = linear_tf32(x, w, b, activation)
+    assert out[2].isnan().all() and not out[torch.arange(8, device=device) != 2].isnan().any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_matches_matmul_tf32_bitwise_without_epilogue(device):
+    x = torch.randn(3, 50, 64, device=device)
+    w, _ = layer(64, 40, False, device)
+    torch.testing.assert_close(linear_tf32(x, w), torch.ops.pygpukit.matmul_tf32(x, w.mT), rtol=0, atol=0)
+
+
+# ---- autograd ---------------------------------------------------------------------------------
+
+def tf32_exact(shape, device):
+    """Multiples of 1/8 in [-1, 1]: exact in TF32, and so are their products
+    and short sums, so the forward's pre-activation has no rounding error."""
+    return torch.randint(-8, 9, shape, device=device) / 8
+
+
+def sample_inputs(device, requires_grad, make=torch.randn):
+    """(args, kwargs) covering every activation, with and without bias, 1-D to
+    3-D x, default and "ieee" precision; values drawn by make(shape, device=)."""
+    for i, activation in enumerate(ACTS):
+        for x_shape in [(6, 10), (2, 3, 10), (10,)]:
+            for bias in (True, False):
+                x = make(x_shape, device=device).requires_grad_(requires_grad)
+                w = make((7, 10), device=device).requires_grad_(requires_grad)
+                b = make((7,), device=device).requires_grad_(requires_grad) if bias else None
+                kwargs = {"precision": "ieee"} if i % 2 else {}
+                yield (x, w, b, activation), kwargs
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradients_match_pytorch(device):
+    # Exact pre-activations make both sides take the same branch at ReLU's
+    # kink and evaluate act' at the same z, so what remains is the backward's
+    # own error: one TF32 rounding of dL/dz and of the operands per product.
+    for (x, w, b, activation), kwargs in sample_inputs(device, True, make=tf32_exact):
+        out = linear_tf32(x, w, b, activation, **kwargs)
+        grad = torch.randn_like(out)
+        inputs = (x, w) if b is None else (x, w, b)
+        ours = torch.autograd.grad(out, inputs, grad)
+        ref = torch.autograd.grad(linear_reference(x, w, b, activation), inputs, grad.double())
+        for name, g, r in zip(("x", "weight", "bias"), ours, ref):
+            assert g.shape == r.shape and g.dtype == torch.float32
+            # (a norm-wise bound, not rel_error: a ReLU gradient may be all zero)
+            err = float((g.double() - r).norm())
+            assert err <= 2e-3 * float(r.norm()) + 1e-6, (activation, name, err, float(r.norm()))
+
+
+@pytest.mark.filterwarnings("ignore:Input #.* is not a double precision")
+@pytest.mark.parametrize("activation", ["none", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_gradcheck_ieee_cpu(activation, bias):
+    # With precision="ieee" the CPU op is a float64 computation rounded once to
+    # float32, smooth in its inputs, so finite differences with eps 1e-2 agree
+    # closely. ReLU's kink makes finite differences unreliable; its gradient
+    # is checked against PyTorch's above.
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 6, requires_grad=True)
+    w = torch.randn(4, 6, requires_grad=True)
+    args = (x, w, torch.randn(4, requires_grad=True)) if bias else (x, w)
+
+    def f(*t):
+        return linear_tf32(t[0], t[1], t[2] if bias else None, activation, precision="ieee")
+
+    assert torch.autograd.gradcheck(f, args, eps=1e-2, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_only_needed_gradients(device):
+    x = torch.randn(4, 5, device=device, requires_grad=True)
+    w, b = torch.randn(3, 5, device=device), torch.randn(3, device=device)
+    (gx,) = torch.autograd.grad(linear_tf32(x, w, b, "gelu").sum(), (x,))
+    assert gx.shape == x.shape
+    w.requires_grad_()
+    (gw,) = torch.autograd.grad(linear_tf32(x.detach(), w, b, "relu").sum(), (w,))
+    assert gw.shape == w.shape
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_no_autograd_state_without_grad(device, mode):
+    x = torch.randn(4, 5, device=device, requires_grad=True)
+    w = torch.randn(3, 5, device=device, requires_grad=True)
+    with torch.no_grad() if mode == "no_grad" else torch.inference_mode():
+        out = linear_tf32(x, w, None, "silu")
+    assert out.grad_fn is None and not out.requires_grad
+    assert out.is_inference() == (mode == "inference_mode")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_opcheck(device, requires_grad):
+    for args, kwargs in sample_inputs(device, requires_grad):
+        torch.library.opcheck(torch.ops.pygpukit.linear_tf32.default, args, kwargs)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_fullgraph(device):
+    def f(x, w, b):
+        return linear_tf32(x, w, b, "gelu_tanh").sum(-1) + linear_tf32(x, w).mean()
+
+    backend = "inductor" if device == "cuda" else "aot_eager"  # as in test_autograd_compile.py
+    compiled = torch.compile(f, fullgraph=True, backend=backend)
+    x = torch.randn(3, 8, 16, device=device, requires_grad=True)
+    w, b = torch.randn(32, 16, device=device, requires_grad=True), torch.randn(32, device=device)
+    out = compiled(x, w, b)
+    torch.testing.assert_close(out, f(x, w, b), atol=1e-4, rtol=1e-4)
+    out.sum().backward()
+    assert x.grad.shape == x.shape and w.grad.shape == w.shape
+
+
+# ---- errors -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("which", ["x", "weight", "bias"])
+def test_wrong_dtype_names_it(device, which):
+    args = {"x": torch.ones(2, 4, device=device), "weight": torch.ones(3, 4, device=device),
+            "bias": torch.ones(3, device=device)}
+    args[which] = args[which].double()
+    with pytest.raises(RuntimeError, match=f"expected float32 tensors.*{which} of dtype Double"):
+        linear_tf32(**args)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_shape_errors(device):
+    x, w = torch.ones(2, 5, 4, device=device), torch.ones(3, 4, device=device)
+    with pytest.raises(RuntimeError, match=r"x's last dimension must equal weight's in_features.*"
+                                           r"\[2, 5, 4\].*\[3, 6\]"):
+        linear_tf32(x, torch.ones(3, 6, device=device))
+    with pytest.raises(RuntimeError, match=r"expected bias of shape \[3\].*got shape \[4\]"):
+        linear_tf32(x, w, torch.ones(4, device=device))
+    with pytest.raises(RuntimeError, match=r"expected bias of shape \[3\].*got shape \[1, 3\]"):
+        linear_tf32(x, w, torch.ones(1, 3, device=device))
+    with pytest.raises(RuntimeError, match="expected weight of shape"):
+        linear_tf32(x, torch.ones(4, device=device))
+    with pytest.raises(RuntimeError, match="at least 1 dimension"):
+        linear_tf32(torch.tensor(1.0, device=device), w)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_unknown_activation_lists_valid_names(device):
+    x, w = torch.ones(2, 4, device=device), torch.ones(3, 4, device=device)
+    with pytest.raises(ValueError, match="unknown activation 'tanh'; expected one of 'none', 'relu', 'gelu', "
+                                         "'gelu_tanh', 'silu'"):
+        linear_tf32(x, w, None, "tanh")
+    with pytest.raises(ValueError, match="linear_tf32: precision must be"):
+        linear_tf32(x, w, precision="fp16")
+
+
+@requires_cuda
+@pytest.mark.parametrize("which", ["x", "weight", "bias"])
+def test_devices_must_agree(which):
+    args = {"x": torch.ones(2, 4, device="cuda"), "weight": torch.ones(3, 4, device="cuda"),
+            "bias": torch.ones(3, device="cuda")}
+    args[which] = args[which].cpu()
+    with pytest.raises(RuntimeError, match="on the same device"):
+        linear_tf32(**args)
