@@ -7,12 +7,14 @@ total size exceeds the L2 cache, so small shapes are not timed out of L2.
 TFLOP/s = 2·M·N·K / median time. Accuracy: ‖out − ref‖/‖ref‖ against the
 float64 product of the same inputs.
 
-    python benchmarks/bench_matmul.py [--quick] [--markdown OUT.md]
+    python benchmarks/bench_matmul.py [--quick] [--markdown OUT.md] [--json OUT.json]
+        [--kernels auto,mma_sync]
 """
 
 import argparse
 import contextlib
-import os
+import json
+import math
 
 import torch
 import torch.utils.benchmark as benchmark
@@ -21,14 +23,23 @@ import pygpukit_torch
 from _common import append_markdown, markdown_table, rotation_count, run_header, time_rotating
 from pygpukit_torch.testing import cublas_tf32, rel_error
 
+# The canonical shape set: (kind, M, N, K, layout). Layout letters are A then
+# B: "n" row-major, "t" a transposed view (column-major); "nt" is
+# F.linear's x @ weight.T, the decode shapes' layout.
 SHAPES = (
-    [("square", n, n, n, "nn") for n in (1024, 2048, 4096, 8192)]
+    [("square", n, n, n, "nn") for n in (1024, 2048, 4096, 8192, 16384)]
     + [("llm", 8192, 4096, 4096, "nn"), ("llm", 8192, 14336, 4096, "nn"), ("llm", 8192, 4096, 14336, "nn")]
-    + [("odd", 4095, 4097, 4099, "nn")]
-    + [("decode", m, 4096, 4096, "nn") for m in (1, 16, 128)]
-    + [("layout", 4096, 4096, 4096, lay) for lay in ("nt", "tn", "tt")]
+    + [("odd", 4095, 4097, 4099, "nn"), ("odd linear", 4097, 4099, 4095, "nt")]
+    + [("decode", m, n, k, "nt") for m in (1, 16) for n, k in ((4096, 4096), (14336, 4096), (4096, 14336))]
+    + [("decode", 128, 4096, 4096, "nt")]
+    + [("layout", 8192, 8192, 8192, lay) for lay in ("nt", "tn", "tt")]
 )
-QUICK = [s for s in SHAPES if s[1] in (1, 128, 4096) or s[0] == "odd"]
+QUICK = [s for s in SHAPES if s[1:4] in ((4096, 4096, 4096), (8192, 8192, 8192), (1, 4096, 4096), (128, 4096, 4096))
+         or s[0] == "odd"]
+# The issue's headline set: geometric mean of the ratio to cuBLAS TF32.
+TARGET_SET = [("square", 4096, 4096, 4096, "nn"), ("square", 8192, 8192, 8192, "nn"),
+              ("square", 16384, 16384, 16384, "nn"), ("llm", 8192, 14336, 4096, "nn"),
+              ("llm", 8192, 4096, 14336, "nn")]
 
 
 def make_inputs(m, n, k, layout, count):
@@ -38,23 +49,26 @@ def make_inputs(m, n, k, layout, count):
 
 
 def forced(kernel):
-    """matmul_tf32 with the dispatcher overridden (PYGPUKIT_KERNEL is read per call)."""
+    """matmul_tf32 with the dispatcher overridden."""
     def fn(a, b):
-        os.environ["PYGPUKIT_KERNEL"] = kernel
-        try:
+        with pygpukit_torch.force_kernel(kernel):
             return pygpukit_torch.matmul_tf32(a, b)
-        finally:
-            os.environ.pop("PYGPUKIT_KERNEL")
     return fn
+
+
+def geomean(values):
+    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a subset of the shapes")
     parser.add_argument("--markdown", help="append the results table to this file")
-    parser.add_argument("--kernels", default="auto",
-                        help="comma-separated PYGPUKIT_KERNEL values to time side by side, e.g. "
-                             "auto,mma_sync_medium")
+    parser.add_argument("--kernels", default="auto,mma_sync",
+                        help="comma-separated kernels (pygpukit_torch.dispatch.KERNELS) to time side by "
+                             "side with the automatic choice, e.g. auto,mma_sync,mma_sync_medium")
+    parser.add_argument("--json", help="write the measurements here (for benchmarks/plot_results.py)")
+    parser.add_argument("--min-run-time", type=float, default=0.5, help="seconds of timing per variant")
     args = parser.parse_args()
 
     header = run_header()
@@ -68,7 +82,9 @@ def main():
     for kernel in extra:
         variants[f"pygpukit {kernel}"] = (forced(kernel), None)
     results, rows = [], []
-    for kind, m, n, k, layout in (QUICK if args.quick else SHAPES):
+    shapes = QUICK if args.quick else SHAPES
+    for i, (kind, m, n, k, layout) in enumerate(shapes):
+        print(f"[{i + 1}/{len(shapes)}] " + "#" * (i + 1) + "." * (len(shapes) - i - 1), flush=True)
         sets = make_inputs(m, n, k, layout, rotation_count(4 * (m * k + k * n)))
         a0, b0 = sets[0]
         ref = torch.matmul(a0.double(), b0.double())
@@ -77,11 +93,12 @@ def main():
         for name, (fn, tf32) in variants.items():
             with cublas_tf32(bool(tf32)) if tf32 is not None else contextlib.nullcontext():
                 err = rel_error(fn(a0, b0), ref)
-                r = time_rotating(fn, sets, "matmul TFLOP/s", sub, name)
+                r = time_rotating(fn, sets, "matmul TFLOP/s", sub, name, args.min_run_time)
             results.append(r)
             row[name] = (2 * m * n * k / r.median / 1e12, err, r.median * 1e6)
         info = pygpukit_torch.kernel_info(a0, b0)
         rows.append((row, info))
+        row["key"] = (kind, m, n, k, layout)
         ours, tf, fp = row["pygpukit tf32"], row["cuBLAS tf32"], row["cuBLAS fp32"]
         print(f"{sub:32s} ours {ours[0]:7.1f} TFLOP/s ({ours[2]:8.1f} us, err {ours[1]:.2e})  "
               f"cuBLAS tf32 {tf[0]:7.1f} (err {tf[1]:.2e})  fp32 {fp[0]:6.1f}  "
@@ -97,10 +114,26 @@ def main():
         o, t, f = row["pygpukit tf32"], row["cuBLAS tf32"], row["cuBLAS fp32"]
         cells.append([row["shape"], f"{o[0]:.1f}", f"{t[0]:.1f}", f"{f[0]:.1f}", f"{o[0] / t[0]:.2f}",
                       f"{o[0] / f[0]:.2f}", f"{o[1]:.2e}", f"{t[1]:.2e}", info])
+    for k in extra:
+        columns.append(f"pygpukit {k} TFLOP/s")
+        for cell, (row, _) in zip(cells, rows):
+            cell.append(f"{row[f'pygpukit {k}'][0]:.1f}")
     lines = [f"### {header}", ""] + markdown_table(columns, cells)
+    by_key = {row["key"]: row for row, _ in rows}
+    if all(key in by_key for key in TARGET_SET):
+        lines.append("")
+        for name in ["pygpukit tf32"] + [f"pygpukit {k}" for k in extra]:
+            g = geomean([by_key[key][name][0] / by_key[key]["cuBLAS tf32"][0] for key in TARGET_SET])
+            lines.append(f"Geometric mean of {name} / cuBLAS TF32 over 4096³, 8192³, 16384³, "
+                         f"8192×14336×4096, 8192×4096×14336: **{g:.2f}**")
     table = "\n".join(lines) + "\n"
     print(table)
     append_markdown(args.markdown, table)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"header": header, "rows": [
+                {"kind": r["key"][0], "M": r["key"][1], "N": r["key"][2], "K": r["key"][3], "layout": r["key"][4],
+                 "kernel": info, **{name: r[name][0] for name in variants}} for r, info in rows]}, fh, indent=1)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import pygpukit_torch
 
 torch.manual_seed(0)
-cases = [(1, 1, 1), (67, 45, 131), (130, 260, 37), (257, 129, 65)]
+cases = [(1, 1, 1), (67, 45, 131), (130, 260, 37), (257, 129, 65), (3, 300, 1000)]  # the last: split-K on wgmma
 for kernel in ("wgmma", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "fma"):
     os.environ["PYGPUKIT_KERNEL"] = kernel
     for m, n, k in cases:

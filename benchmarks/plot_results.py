@@ -1,0 +1,57 @@
+"""Plot a bench_matmul.py --json run: TFLOP/s against size for the square
+shapes (one line per kernel path and for cuBLAS), and every other shape as
+grouped bars.
+
+    python benchmarks/plot_results.py RESULTS.json docs/bench_tflops.png
+"""
+
+import argparse
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display needed
+import matplotlib.pyplot as plt  # noqa: E402
+
+SKIP = {"kind", "M", "N", "K", "layout", "kernel"}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("results", help="JSON written by bench_matmul.py --json")
+    parser.add_argument("out", help="PNG to write")
+    args = parser.parse_args()
+    with open(args.results) as fh:
+        run = json.load(fh)
+    rows = run["rows"]
+    series = [k for k in rows[0] if k not in SKIP]
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 5.5), gridspec_kw={"width_ratios": [1, 2]})
+    squares = sorted((r for r in rows if r["kind"] == "square"), key=lambda r: r["M"])
+    for name in series:
+        left.plot([r["M"] for r in squares], [r[name] for r in squares], marker="o", label=name)
+    left.set_xscale("log", base=2)
+    left.set_xlabel("M = N = K (row-major A and B)")
+    left.set_ylabel("TFLOP/s")
+    left.set_title("Square matmul")
+    left.grid(True, alpha=0.3)
+    left.legend()
+
+    others = [r for r in rows if r["kind"] != "square"]
+    width = 0.8 / len(series)
+    for i, name in enumerate(series):
+        right.bar([x + i * width for x in range(len(others))], [r[name] for r in others], width, label=name)
+    right.set_xticks([x + 0.4 - width / 2 for x in range(len(others))])
+    right.set_xticklabels([f"{r['kind']}\n{r['M']}x{r['N']}x{r['K']} {r['layout']}" for r in others],
+                          rotation=60, ha="right", fontsize=7)
+    right.set_yscale("log")
+    right.set_ylabel("TFLOP/s (log)")
+    right.set_title("LLM, odd, decode (F.linear layout) and layout shapes")
+    right.grid(True, axis="y", alpha=0.3)
+    fig.suptitle(run["header"], fontsize=9)
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=120)
+
+
+if __name__ == "__main__":
+    main()
