@@ -11,5 +11,10 @@ from . import _C  # noqa: F401,E402  (registers the pygpukit::* operators)
 from .nn import SwapReport, TF32Linear, swap_linear_, unswap_linear_
 from .ops import kernel_info, matmul_tf32
 
+if torch.distributed.is_available():
+    # DTensor sharding rules, so that tensor parallelism runs our kernel on
+    # each rank's shard (see distributed.py).
+    from . import distributed  # noqa: F401,E402
+
 __all__ = ["matmul_tf32", "kernel_info", "TF32Linear", "swap_linear_", "unswap_linear_", "SwapReport"]
 __version__ = "0.1.0"
