@@ -29,6 +29,6 @@ def cublas_tf32(enabled: bool):
 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """‖out − ref‖ / ‖ref‖, computed in float64."""
-    ref = ref.double()
-    return float((out.double() - ref).norm() / ref.norm())
+    """‖out − ref‖ / ‖ref‖, computed in float64 (outside autograd)."""
+    ref = ref.detach().double()
+    return float((out.detach().double() - ref).norm() / ref.norm())
