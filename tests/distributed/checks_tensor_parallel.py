@@ -6,9 +6,10 @@ TF32Linear layers; output and gradients equal to the unsharded model's, and,
 read off a profiler trace rather than assumed, each rank's local product ran
 on a pygpukit operator with the local shard's shapes, no torch matmul beside.
 
-check_linear_rule: the rule written for the coming ``linear_tf32`` operator,
-tried on a stand-in with its schema (matmul_tf32 plus bias and activation),
-since the real operator is not in this build yet.
+check_rules: the matmul_tf32 rule on the shapes the TP model does not use,
+and the rule written for the coming ``linear_tf32`` operator, tried on a
+stand-in with its schema (matmul_tf32 plus bias and activation), since the
+real operator is not in this build yet.
 """
 
 from __future__ import annotations
@@ -119,38 +120,59 @@ def _linear_stand_in():
     return torch.ops.pygpukit_tests.linear_tf32.default
 
 
-def check_linear_rule(ctx: Context) -> None:
-    from pygpukit_torch.distributed import linear_strategies, register_sharding_rule
-
-    op = _linear_stand_in()
-    if not register_sharding_rule(op, linear_strategies):
-        ctx.skip("linear_tf32 rule", "this torch lacks register_sharding (needs >= 2.5)")
-        return
-    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+def _check_rule_cases(ctx: Context, label: str, op, cases) -> None:
+    """Runs `op` on DTensors for each case (name, [(tensor or None,
+    placement)], further arguments, expected output placement, None meaning
+    any but Partial) and checks the output placement and, gathered, its
+    values against `op` on the whole tensors."""
+    from torch.distributed.tensor import distribute_tensor
 
     mesh = ctx.mesh()
-    g = torch.Generator().manual_seed(7)
-    x = torch.randn(BATCH_PER_RANK * ctx.world, SEQ, 32, generator=g).to(ctx.device)
-    w = torch.randn(64, 32, generator=g).to(ctx.device)
-    b = torch.randn(64, generator=g).to(ctx.device)
-    # (case, placements of x, weight, bias, activation, expected output
-    # placement, None: any but Partial). Row-wise with relu must not come out
-    # Partial: relu of a partial sum is wrong; DTensor has to gather first. It
-    # runs right after the same placements without activation, so a sharding
-    # decision cached without the activation would show here.
-    cases = [
-        ("column-wise, bias, relu", Replicate(), Shard(0), Shard(0), "relu", Shard(2)),
-        ("row-wise, no bias", Shard(2), Shard(1), None, "none", Partial()),
-        ("row-wise, bias", Shard(2), Shard(1), Replicate(), "none", Partial()),
-        ("row-wise, bias, relu", Shard(2), Shard(1), Replicate(), "relu", None),
-    ]
-    for case, px, pw, pb, activation, expected in cases:
-        bias = b if pb is not None else None
-        dbias = distribute_tensor(b, mesh, [pb]) if pb is not None else None
-        out = op(distribute_tensor(x, mesh, [px]), distribute_tensor(w, mesh, [pw]), dbias, activation)
-        err = rel_error(out.full_tensor(), op(x, w, bias, activation))
+    for case, operands, extra, expected in cases:
+        args = [distribute_tensor(t, mesh, [p]) if t is not None else None for t, p in operands]
+        out = op(*args, *extra)
+        err = rel_error(out.full_tensor(), op(*[t for t, _ in operands], *extra))
         placement = out.placements[0]
         placed = placement == expected if expected is not None else not placement.is_partial()
-        ctx.expect(f"linear_tf32 rule (stand-in): {case}", placed and err <= TF32_TOL,
+        ctx.expect(f"{label} rule: {case}", placed and err <= TF32_TOL,
                    f"output {placement} (expected {expected or 'not Partial'}), error {err:.1e}")
 
+
+def check_rules(ctx: Context) -> None:
+    """The matmul_tf32 rule beyond what the TP model uses (batch dimensions,
+    1-D and broadcast operands), and the linear_tf32 rule on a stand-in."""
+    from pygpukit_torch.distributed import linear_strategies, register_sharding_rule
+
+    linear = _linear_stand_in()
+    if not register_sharding_rule(linear, linear_strategies):
+        ctx.skip("DTensor rules", "this torch lacks register_sharding (needs >= 2.5)")
+        return
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    g = torch.Generator().manual_seed(7)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g).to(ctx.device)
+
+    R = Replicate()
+    a3, b3, b2 = randn(8, 8, 16), randn(8, 16, 8), randn(16, 8)
+    _check_rule_cases(ctx, "matmul_tf32", torch.ops.pygpukit.matmul_tf32.default, [
+        ("batch sharded", [(a3, Shard(0)), (b3, Shard(0))], [], Shard(0)),
+        ("M sharded", [(a3, Shard(1)), (b2, R)], [], Shard(1)),
+        ("N sharded", [(a3, R), (b2, Shard(1))], [], Shard(2)),
+        ("K sharded", [(a3, Shard(2)), (b3, Shard(1))], [], Partial()),
+        ("1-D a, K sharded", [(randn(16), Shard(0)), (b2, Shard(0))], [], Partial()),
+        ("broadcast batch", [(randn(2, 1, 8, 16), R), (b3, Shard(0))], [], Shard(1)),
+    ])
+
+    x, w, b = randn(BATCH_PER_RANK * ctx.world, SEQ, 32), randn(64, 32), randn(64)
+    # Row-wise with relu must not come out Partial (relu of a partial sum is
+    # wrong; DTensor has to gather first). It runs right after the same
+    # placements without activation, so a sharding decision cached without
+    # the activation would show here.
+    _check_rule_cases(ctx, "linear_tf32 (stand-in)", linear, [
+        ("column-wise, bias, relu", [(x, R), (w, Shard(0)), (b, Shard(0))], ["relu"], Shard(2)),
+        ("row-wise, no bias", [(x, Shard(2)), (w, Shard(1)), (None, None)], ["none"], Partial()),
+        ("row-wise, bias", [(x, Shard(2)), (w, Shard(1)), (b, R)], ["none"], Partial()),
+        ("row-wise, bias, relu", [(x, Shard(2)), (w, Shard(1)), (b, R)], ["relu"], None),
+    ])

@@ -2,7 +2,7 @@
 model whose Linear layers are swapped onto our op, each checked against one
 process running the same model.
 
-    torchrun --nproc-per-node=N tests/distributed/run_checks.py [--only ddp fsdp2 tp linear_rule]
+    torchrun --nproc-per-node=N tests/distributed/run_checks.py [--only ddp fsdp2 tp rules]
              [--device auto|cpu|cuda]
 
 With GPUs, one per rank over NCCL (set NCCL_NVLS_ENABLE=0 and the other
@@ -20,10 +20,10 @@ import torch
 
 import pygpukit_torch
 from checks_data_parallel import check_ddp, check_fsdp2
-from checks_tensor_parallel import check_linear_rule, check_tp
+from checks_tensor_parallel import check_rules, check_tp
 from harness import finish, print_table, setup
 
-CHECKS = {"ddp": check_ddp, "fsdp2": check_fsdp2, "tp": check_tp, "linear_rule": check_linear_rule}
+CHECKS = {"ddp": check_ddp, "fsdp2": check_fsdp2, "tp": check_tp, "rules": check_rules}
 
 
 def main() -> int:
