@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from pygpukit_torch import matmul_tf32
-from conftest import DEVICES, requires_cuda
+from conftest import DEVICES, requires_cuda, requires_two_gpus
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -64,10 +64,10 @@ def test_cpu_and_cuda_operands():
         matmul_tf32(b, a)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")
+@requires_two_gpus
 def test_two_different_gpus():
     a, b = torch.ones(2, 2, device="cuda:0"), torch.ones(2, 2, device="cuda:1")
-    with pytest.raises(RuntimeError, match="same device"):
+    with pytest.raises(RuntimeError, match="same device, got a on cuda:0 and b on cuda:1"):
         matmul_tf32(a, b)
 
 
