@@ -143,7 +143,7 @@ def register_sharding_rule(op, strategies: Callable[..., Sequence[Strategy]]) ->
 
 
 # Every pygpukit operator with a sharding rule; an operator this build lacks
-# (linear_tf32 before it lands) is skipped.
+# is skipped.
 RULES: Dict[str, Callable[..., Sequence[Strategy]]] = {
     "matmul_tf32": matmul_strategies,
     "linear_tf32": linear_strategies,

@@ -7,14 +7,10 @@ read off a profiler trace rather than assumed, each rank's local product ran
 on a pygpukit operator with the local shard's shapes, no torch matmul beside.
 
 check_rules: the matmul_tf32 rule on the shapes the TP model does not use,
-and the rule written for the coming ``linear_tf32`` operator, tried on a
-stand-in with its schema (matmul_tf32 plus bias and activation), since the
-real operator is not in this build yet.
+and the linear_tf32 rule (bias and activation) on DTensors directly.
 """
 
 from __future__ import annotations
-
-from typing import Optional
 
 import torch
 
@@ -100,26 +96,6 @@ def check_tp(ctx: Context) -> None:
     ctx.expect("TP: gradients identical on all ranks", spread == 0.0, f"max |diff| {spread:.1e}")
 
 
-def _linear_stand_in():
-    """``pygpukit_tests::linear_tf32``, with the schema the coming
-    ``pygpukit::linear_tf32`` will have, built from matmul_tf32."""
-    if hasattr(torch.ops.pygpukit_tests, "linear_tf32"):
-        return torch.ops.pygpukit_tests.linear_tf32.default
-
-    @torch.library.custom_op("pygpukit_tests::linear_tf32", mutates_args=())
-    def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
-                    activation: str = "none", *, precision: Optional[str] = None) -> torch.Tensor:
-        y = pygpukit_torch.matmul_tf32(x, weight.mT, precision=precision)
-        y = y + bias if bias is not None else y
-        return torch.relu(y) if activation == "relu" else y
-
-    @linear_tf32.register_fake
-    def _(x, weight, bias=None, activation="none", *, precision=None):
-        return x.new_empty(x.shape[:-1] + weight.shape[:1])
-
-    return torch.ops.pygpukit_tests.linear_tf32.default
-
-
 def _check_rule_cases(ctx: Context, label: str, op, cases) -> None:
     """Runs `op` on DTensors for each case (name, [(tensor or None,
     placement)], further arguments, expected output placement, None meaning
@@ -140,13 +116,13 @@ def _check_rule_cases(ctx: Context, label: str, op, cases) -> None:
 
 def check_rules(ctx: Context) -> None:
     """The matmul_tf32 rule beyond what the TP model uses (batch dimensions,
-    1-D and broadcast operands), and the linear_tf32 rule on a stand-in."""
-    from pygpukit_torch.distributed import linear_strategies, register_sharding_rule
+    1-D and broadcast operands), and the linear_tf32 rule."""
+    from pygpukit_torch.distributed import REGISTERED_OPS
 
-    linear = _linear_stand_in()
-    if not register_sharding_rule(linear, linear_strategies):
+    if "linear_tf32" not in REGISTERED_OPS:
         ctx.skip("DTensor rules", "this torch lacks register_sharding (needs >= 2.5)")
         return
+    linear = torch.ops.pygpukit.linear_tf32.default
     from torch.distributed.tensor import Partial, Replicate, Shard
 
     g = torch.Generator().manual_seed(7)
@@ -170,7 +146,7 @@ def check_rules(ctx: Context) -> None:
     # wrong; DTensor has to gather first). It runs right after the same
     # placements without activation, so a sharding decision cached without
     # the activation would show here.
-    _check_rule_cases(ctx, "linear_tf32 (stand-in)", linear, [
+    _check_rule_cases(ctx, "linear_tf32", linear, [
         ("column-wise, bias, relu", [(x, R), (w, Shard(0)), (b, Shard(0))], ["relu"], Shard(2)),
         ("row-wise, no bias", [(x, Shard(2)), (w, Shard(1)), (None, None)], ["none"], Partial()),
         ("row-wise, bias", [(x, Shard(2)), (w, Shard(1)), (b, R)], ["none"], Partial()),
