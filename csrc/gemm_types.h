@@ -14,9 +14,15 @@ enum class Layout : int { kRowMajor = 0, kColMajor = 1 };
 enum class Activation : int { kNone = 0, kRelu, kGelu, kGeluTanh, kSilu };
 
 // What a GEMM computes with.
-//   kTF32: inputs rounded to TF32 (10 explicit mantissa bits, round to
-//          nearest), products accumulated in FP32 (GPU) or better (CPU).
-//   kIEEE: plain FP32 inputs and FP32 fused multiply-adds; no tensor cores.
-enum class Precision : int { kTF32 = 0, kIEEE = 1 };
+//   kTF32:   inputs rounded to TF32 (10 explicit mantissa bits, round to
+//            nearest), products accumulated in FP32 (GPU) or better (CPU).
+//   kIEEE:   plain FP32 inputs and FP32 fused multiply-adds; no tensor cores.
+//   kTF32x3: 3xTF32 ("big + small" split of each input, after CUTLASS's
+//            fast FP32 emulation and NVIDIA's TF32 white papers): x = big +
+//            small with big = tf32(x), small = tf32(x - big), and
+//            a*b ~ a_small*b_big + a_big*b_small + a_big*b_big on TF32
+//            tensor cores, accumulated in FP32 (the small*small term,
+//            ~2^-22 relative, is dropped). About FP32 accuracy.
+enum class Precision : int { kTF32 = 0, kIEEE = 1, kTF32x3 = 2 };
 
 }  // namespace pygpukit

@@ -22,7 +22,7 @@ at::Tensor linear_tf32_cpu(const at::Tensor& x, const at::Tensor& weight,
   const Precision p = parse_precision(precision, "linear_tf32");
   // Bias and activation in float64 on the float64 product, then one rounding
   // to float32: at least as accurate as the GPU's FP32 epilogue.
-  at::Tensor y = at::matmul(emulated_operand(x, p), emulated_operand(weight, p).t());
+  at::Tensor y = emulated_matmul(x, weight.t(), p);
   if (bias.has_value()) y = y + bias->to(at::kDouble);
   return apply_activation(y, act).to(at::kFloat).contiguous();
 }

@@ -1,3 +1,4 @@
+#include <optional>
 #include "matmul_args.h"
 
 #include <cstdlib>
@@ -51,16 +52,36 @@ MatmulShapes check_matmul_args(const at::Tensor& a, const at::Tensor& b) {
   return s;
 }
 
+namespace {
+
+std::optional<Precision> precision_named(c10::string_view name) {
+  if (name == "tf32") return Precision::kTF32;
+  if (name == "tf32x3") return Precision::kTF32x3;
+  if (name == "ieee") return Precision::kIEEE;
+  return std::nullopt;
+}
+
+}  // namespace
+
 Precision parse_precision(std::optional<c10::string_view> precision, const char* op) {
   if (!precision.has_value()) {
+    // Read on every call, so a process (or pygpukit_torch.default_precision)
+    // can change it at any time.
+    if (const char* env = std::getenv("PYGPUKIT_PRECISION"); env != nullptr && *env != '\0') {
+      const auto p = precision_named(env);
+      TORCH_CHECK_VALUE(p.has_value(), op,
+                        ": the environment variable PYGPUKIT_PRECISION must be 'tf32', 'tf32x3' "
+                        "or 'ieee', got '", env, "'");
+      return *p;
+    }
     const char* env = std::getenv("PYGPUKIT_ALLOW_TF32");
     const std::string v = env ? env : "";
     return (v == "0" || v == "false" || v == "False") ? Precision::kIEEE : Precision::kTF32;
   }
-  if (*precision == "tf32") return Precision::kTF32;
-  if (*precision == "ieee") return Precision::kIEEE;
-  TORCH_CHECK_VALUE(false, op, ": precision must be 'tf32', 'ieee' or None, got '",
+  const auto p = precision_named(*precision);
+  TORCH_CHECK_VALUE(p.has_value(), op, ": precision must be 'tf32', 'tf32x3', 'ieee' or None, got '",
                     std::string(precision->data(), precision->size()), "'");
+  return *p;
 }
 
 }  // namespace pygpukit

@@ -14,23 +14,29 @@ at::Tensor matmul_tf32_cpu(const at::Tensor& a, const at::Tensor& b,
                            std::optional<c10::string_view> precision) {
   check_matmul_args(a, b);
   const Precision p = parse_precision(precision, "matmul_tf32");
-  return at::matmul(emulated_operand(a, p), emulated_operand(b, p)).to(at::kFloat).contiguous();
+  return emulated_matmul(a, b, p).to(at::kFloat).contiguous();
 }
 
 std::string matmul_kernel_info_cpu(const at::Tensor& a, const at::Tensor& b,
                                    std::optional<c10::string_view> precision) {
   check_matmul_args(a, b);
-  return parse_precision(precision, "matmul_tf32") == Precision::kTF32
-             ? "cpu (TF32 inputs rounded to nearest even, float64 accumulation)"
-             : "cpu (float32 inputs, float64 accumulation)";
+  switch (parse_precision(precision, "matmul_tf32")) {
+    case Precision::kTF32:
+      return "cpu (TF32 inputs rounded to nearest even, float64 accumulation)";
+    case Precision::kTF32x3:
+      return "cpu (3xTF32: big/small TF32 split of each input, float64 accumulation)";
+    default:
+      return "cpu (float32 inputs, float64 accumulation)";
+  }
 }
 
 }  // namespace
 
 TORCH_LIBRARY(pygpukit, m) {
   // a @ b with torch.matmul's shape rules for float32 tensors; the result is
-  // a new contiguous float32 tensor. precision: "tf32" (default), "ieee", or
-  // None for the PYGPUKIT_ALLOW_TF32 environment variable.
+  // a new contiguous float32 tensor. precision: "tf32" (default), "tf32x3", "ieee",
+  // or None for the PYGPUKIT_PRECISION / PYGPUKIT_ALLOW_TF32 environment
+  // variables.
   m.def("matmul_tf32(Tensor a, Tensor b, *, str? precision=None) -> Tensor");
   // The kernel and tile configuration matmul_tf32 would run for these
   // operands, for tests, benchmarks and curious users.

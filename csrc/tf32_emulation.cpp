@@ -1,5 +1,7 @@
 #include "tf32_emulation.h"
 
+#include <array>
+
 #include <ATen/ATen.h>
 
 namespace pygpukit {
@@ -20,8 +22,22 @@ at::Tensor round_to_tf32(const at::Tensor& x) {
 
 }  // namespace
 
-at::Tensor emulated_operand(const at::Tensor& x, Precision precision) {
-  return (precision == Precision::kTF32 ? round_to_tf32(x) : x).to(at::kDouble);
+at::Tensor emulated_matmul(const at::Tensor& a, const at::Tensor& b, Precision precision) {
+  if (precision == Precision::kIEEE) return at::matmul(a.to(at::kDouble), b.to(at::kDouble));
+  if (precision == Precision::kTF32)
+    return at::matmul(round_to_tf32(a).to(at::kDouble), round_to_tf32(b).to(at::kDouble));
+  // 3xTF32: (big, big for the corrections, small) of each operand.
+  auto split = [](const at::Tensor& x) {
+    const at::Tensor big = round_to_tf32(x);
+    const at::Tensor finite = x.isfinite();
+    const at::Tensor zero = at::zeros_like(x);
+    return std::array<at::Tensor, 3>{big.to(at::kDouble),
+                                     at::where(finite, big, zero).to(at::kDouble),
+                                     at::where(finite, round_to_tf32(x - big), zero).to(at::kDouble)};
+  };
+  const auto [a_big, a_corr, a_small] = split(a);
+  const auto [b_big, b_corr, b_small] = split(b);
+  return at::matmul(a_small, b_corr) + at::matmul(a_corr, b_small) + at::matmul(a_big, b_big);
 }
 
 }  // namespace pygpukit

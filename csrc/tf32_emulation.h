@@ -9,10 +9,15 @@
 
 namespace pygpukit {
 
-// A float64 copy of the float32 tensor x as a GEMM operand under
-// `precision`: rounded to TF32 first (round to nearest, ties to even) for
-// kTF32, exact for kIEEE. Matmuls of such operands, rounded once to float32,
-// are the CPU implementations' results.
-at::Tensor emulated_operand(const at::Tensor& x, Precision precision);
+// The float64 product a @ b of float32 matrices (b may be a transposed view)
+// as the GPU computes it under `precision`, before the one rounding to
+// float32 that the callers apply:
+//   kTF32: inputs rounded to TF32 (round to nearest, ties to even).
+//   kIEEE: exact inputs.
+//   kTF32x3: a_small @ b_big' + a_big' @ b_small + a_big @ b_big, with big =
+//     tf32(x), small = tf32(x - big); for a non-finite x the correction
+//     terms use 0 (small = 0, big' = 0), so Inf and NaN propagate exactly as
+//     in big @ big (what the CUDA packing does too).
+at::Tensor emulated_matmul(const at::Tensor& a, const at::Tensor& b, Precision precision);
 
 }  // namespace pygpukit

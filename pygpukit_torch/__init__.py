@@ -14,12 +14,13 @@ from . import _C  # noqa: F401,E402  (registers the pygpukit::* operators)
 from .dispatch import force_kernel
 from .nn import SwapReport, TF32Linear, swap_linear_, swapped_linear, unswap_linear_
 from .ops import kernel_info, linear_tf32, matmul_tf32
+from .precision import default_precision
 
 if torch.distributed.is_available():
     # DTensor sharding rules, so that tensor parallelism runs our kernel on
     # each rank's shard (see distributed.py).
     from . import distributed  # noqa: F401,E402
 
-__all__ = ["matmul_tf32", "linear_tf32", "kernel_info", "force_kernel", "TF32Linear", "swap_linear_",
+__all__ = ["matmul_tf32", "linear_tf32", "kernel_info", "force_kernel", "default_precision", "TF32Linear", "swap_linear_",
            "unswap_linear_", "swapped_linear", "SwapReport"]
 __version__ = "0.1.0"

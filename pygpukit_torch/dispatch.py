@@ -12,8 +12,9 @@ tells what a call actually runs.
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import Iterator
+
+from ._env import environment_variable
 
 KERNELS = ("auto", "wgmma", "mma_sync", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "fma")
 _ENV = "PYGPUKIT_KERNEL"
@@ -38,12 +39,5 @@ def force_kernel(kernel: str) -> Iterator[None]:
     """
     if kernel not in KERNELS:
         raise ValueError(f"force_kernel: unknown kernel {kernel!r}; expected one of {', '.join(KERNELS)}")
-    previous = os.environ.get(_ENV)
-    os.environ[_ENV] = kernel
-    try:
+    with environment_variable(_ENV, kernel):
         yield
-    finally:
-        if previous is None:
-            del os.environ[_ENV]
-        else:
-            os.environ[_ENV] = previous

@@ -33,7 +33,7 @@ def _check_options(activation: str, precision: Optional[str]) -> None:
         raise ValueError(f"TF32Linear: unknown activation {activation!r}; expected one of "
                          + ", ".join(repr(a) for a in ACTIVATIONS))
     if precision is not None and precision not in PRECISIONS:
-        raise ValueError(f"TF32Linear: precision must be 'tf32', 'ieee' or None, got {precision!r}")
+        raise ValueError(f"TF32Linear: precision must be 'tf32', 'tf32x3', 'ieee' or None, got {precision!r}")
 
 
 class TF32Linear(nn.Linear):
@@ -50,7 +50,8 @@ class TF32Linear(nn.Linear):
         in_features, out_features, bias, device, dtype: as ``nn.Linear``.
         activation: ``"none"`` (default), ``"relu"``, ``"gelu"``,
             ``"gelu_tanh"`` or ``"silu"``, applied after the bias.
-        precision: ``"tf32"``, ``"ieee"`` or ``None``, as for matmul_tf32.
+        precision: ``"tf32"``, ``"tf32x3"``, ``"ieee"`` or ``None``, as for
+            matmul_tf32.
 
     Shapes: input ``[..., in_features]`` float32, output ``[..., out_features]``.
 

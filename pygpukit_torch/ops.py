@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-PRECISIONS = ("tf32", "ieee")
+PRECISIONS = ("tf32", "tf32x3", "ieee")
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
 
@@ -29,10 +29,16 @@ def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
             place; other strides are copied once.
         precision: ``"tf32"``: inputs rounded to TF32 (10 mantissa bits, round
             to nearest), products accumulated in FP32 on tensor cores; relative
-            error about 3e-4, like cuBLAS TF32. ``"ieee"``: plain FP32
-            arithmetic, no tensor cores. ``None`` (default): ``"tf32"`` unless
-            the environment variable ``PYGPUKIT_ALLOW_TF32`` is ``0``.
-            PyTorch's own TF32 settings are not consulted.
+            error about 3e-4, like cuBLAS TF32. ``"tf32x3"``: 3xTF32, each input
+            split into a TF32 "big" part and a TF32 "small" remainder and
+            ``a_small·b_big + a_big·b_small + a_big·b_big`` accumulated in FP32
+            on tensor cores: about FP32 accuracy, at a third of TF32's rate or
+            better. ``"ieee"``: plain FP32 arithmetic, no tensor cores.
+            ``None`` (default): the environment variable
+            ``PYGPUKIT_PRECISION`` (one of those names; see
+            :func:`pygpukit_torch.default_precision`) if set, else ``"ieee"``
+            if ``PYGPUKIT_ALLOW_TF32`` is ``0``, else ``"tf32"``. PyTorch's own
+            TF32 settings are not consulted.
 
     Raises:
         RuntimeError: 0-D operands, a dtype other than float32, operands on
@@ -72,7 +78,7 @@ def _matmul_shape(a: torch.Tensor, b: torch.Tensor) -> list:
 def _check_precision(op: str, precision: Optional[str]) -> None:
     """The C++ parse_precision's check, for the fake implementations."""
     torch._check(precision is None or precision in PRECISIONS,
-                 lambda: f"{op}: precision must be 'tf32', 'ieee' or None, got {precision!r}")
+                 lambda: f"{op}: precision must be 'tf32', 'tf32x3', 'ieee' or None, got {precision!r}")
 
 
 @torch.library.register_fake("pygpukit::matmul_tf32")

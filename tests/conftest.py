@@ -58,9 +58,14 @@ def error_bound(a: torch.Tensor, b: torch.Tensor, precision: str = "tf32") -> to
     accumulation over K adds at most about K·2^-24 per term; the issue's
     bound (2^-10 + (K+16)·2^-22)·(|a| @ |b|) leaves a 4x margin on the latter.
     ieee: the same without the input rounding term.
+    tf32x3: the split leaves at most ~3·2^-22 relative per product (the
+    dropped small·small term and the TF32 rounding of the two small parts),
+    bounded here by 2^-19, and the FP32 accumulation runs over 3K terms.
     """
     k = a.shape[-1]
-    rel = (k + 16) * 2.0 ** -22 + (2.0 ** -10 if precision == "tf32" else 0.0)
+    terms = 3 * k if precision == "tf32x3" else k
+    rounding = {"tf32": 2.0 ** -10, "tf32x3": 2.0 ** -19, "ieee": 0.0}[precision]
+    rel = (terms + 16) * 2.0 ** -22 + rounding
     return rel * torch.matmul(a.double().abs(), b.double().abs())
 
 

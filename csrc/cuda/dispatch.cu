@@ -176,95 +176,145 @@ int current_device() {
   return device;
 }
 
-// How the wgmma path gets its operands K-major and TMA-aligned: in place, or
-// through a packed copy in the workspace (a transposed A or row-major B, or a
-// leading dimension / base pointer that is not 16-byte aligned).
-// Also where split-K's partial products go.
-struct WgmmaPlan {
+// Operands that go through pack_kmajor into the workspace before the GEMM,
+// and in what form: for the wgmma path, those TMA cannot read K-major in
+// place (a transposed A or row-major B, a leading dimension or base pointer
+// not 16-byte aligned); for 3xTF32, both, split into big and small parts.
+struct Staging {
   bool pack_a = false, pack_b = false;
+  PackSplit split_a = PackSplit::kNone, split_b = PackSplit::kNone;
   int64_t batch_a = 1, batch_b = 1;  // entries to pack: 1 for a broadcast operand
-  // Workspace bytes, each rounded up to 256: packed A, packed B, partials.
-  size_t bytes_a = 0, bytes_b = 0, bytes_partials = 0;
+  size_t bytes_a = 0, bytes_b = 0;   // workspace bytes, each rounded up to 256
 };
 
-WgmmaPlan plan_wgmma(const GemmProblem& p, int splits) {
-  auto bytes = [](int64_t floats) { return size_t((floats * 4 + 255) / 256 * 256); };
-  WgmmaPlan w;
-  w.pack_a = !(p.layout_a == Layout::kRowMajor &&
-               tma_compatible(p.A, p.M, p.lda, p.batch, p.batch_stride_a));
-  w.pack_b = !(p.layout_b == Layout::kColMajor &&
-               tma_compatible(p.B, p.N, p.ldb, p.batch, p.batch_stride_b));
-  w.batch_a = p.batch_stride_a == 0 ? 1 : p.batch;
-  w.batch_b = p.batch_stride_b == 0 ? 1 : p.batch;
-  if (w.pack_a) w.bytes_a = bytes(w.batch_a * p.M * packed_ld(p.K));
-  if (w.pack_b) w.bytes_b = bytes(w.batch_b * p.N * packed_ld(p.K));
-  if (splits > 1) w.bytes_partials = bytes(splits * p.M * splitk_partials_ld(p.N));
-  return w;
+size_t workspace_round(int64_t floats) { return size_t((floats * 4 + 255) / 256 * 256); }
+
+Staging plan_staging(const GemmProblem& p, bool for_wgmma, bool tf32x3) {
+  Staging s;
+  s.pack_a = tf32x3 || (for_wgmma && !(p.layout_a == Layout::kRowMajor &&
+                                       tma_compatible(p.A, p.M, p.lda, p.batch, p.batch_stride_a)));
+  s.pack_b = tf32x3 || (for_wgmma && !(p.layout_b == Layout::kColMajor &&
+                                       tma_compatible(p.B, p.N, p.ldb, p.batch, p.batch_stride_b)));
+  if (tf32x3) {
+    s.split_a = PackSplit::kSmallBigBig;
+    s.split_b = PackSplit::kBigSmallBig;
+  }
+  s.batch_a = p.batch_stride_a == 0 ? 1 : p.batch;
+  s.batch_b = p.batch_stride_b == 0 ? 1 : p.batch;
+  if (s.pack_a) s.bytes_a = workspace_round(s.batch_a * p.M * packed_ld(packed_cols(p.K, s.split_a)));
+  if (s.pack_b) s.bytes_b = workspace_round(s.batch_b * p.N * packed_ld(packed_cols(p.K, s.split_b)));
+  return s;
 }
 
-// Copies one operand (rows x K; K-major when its layout is `k_major_layout`)
-// to `dst` as a packed K-major matrix and points the operand fields at it.
-cudaError_t pack_operand(const float*& ptr, int64_t& ld, Layout& layout, int64_t& batch_stride,
-                         Layout k_major_layout, int64_t rows, int64_t K, int64_t batch,
-                         float* dst, cudaStream_t stream) {
-  const cudaError_t err = launch_pack_kmajor(ptr, layout == k_major_layout, ld, batch_stride,
-                                             rows, K, batch, dst, stream);
-  ptr = dst;
-  ld = packed_ld(K);
-  layout = k_major_layout;
-  batch_stride = batch == 1 ? 0 : rows * ld;
+// The problem on the staged operands: A row-major and B column-major (both
+// K-major) in the workspace at `ws`, over 3K columns for 3xTF32 (whose
+// splits give pack_a and pack_b the same column count).
+GemmProblem staged_problem(GemmProblem p, const Staging& s, const uint8_t* ws) {
+  if (s.pack_a) {
+    p.A = reinterpret_cast<const float*>(ws);
+    p.lda = packed_ld(packed_cols(p.K, s.split_a));
+    p.layout_a = Layout::kRowMajor;
+    p.batch_stride_a = s.batch_a == 1 ? 0 : p.M * p.lda;
+  }
+  if (s.pack_b) {
+    p.B = reinterpret_cast<const float*>(ws + s.bytes_a);
+    p.ldb = packed_ld(packed_cols(p.K, s.split_b));
+    p.layout_b = Layout::kColMajor;
+    p.batch_stride_b = s.batch_b == 1 ? 0 : p.N * p.ldb;
+  }
+  p.K = packed_cols(p.K, s.split_a);
+  return p;
+}
+
+// Launches the packs of `s` from the operands of `p` into `ws`.
+cudaError_t launch_staging(const GemmProblem& p, const Staging& s, uint8_t* ws,
+                           cudaStream_t stream) {
+  cudaError_t err = cudaSuccess;
+  if (s.pack_a)
+    err = launch_pack_kmajor(p.A, p.layout_a == Layout::kRowMajor, p.lda, p.batch_stride_a, p.M,
+                             p.K, s.batch_a, s.split_a, reinterpret_cast<float*>(ws), stream);
+  if (s.pack_b && err == cudaSuccess)
+    err = launch_pack_kmajor(p.B, p.layout_b == Layout::kColMajor, p.ldb, p.batch_stride_b, p.N,
+                             p.K, s.batch_b, s.split_b,
+                             reinterpret_cast<float*>(ws + s.bytes_a), stream);
   return err;
 }
 
-// Packs what plan_wgmma says into `workspace`, then runs the chosen wgmma
-// configuration on the K-major operands.
-cudaError_t run_wgmma(GemmProblem p, const Choice& c, void* workspace, cudaStream_t stream) {
-  const WgmmaPlan w = plan_wgmma(p, c.splits);
+size_t partials_bytes(const GemmProblem& p, int splits) {
+  return splits > 1 ? workspace_round(splits * p.M * splitk_partials_ld(p.N)) : 0;
+}
+
+// Packs what plan_staging says into `workspace`, then runs the chosen wgmma
+// configuration on the K-major operands (split-K partials after the packs).
+cudaError_t run_wgmma(const GemmProblem& p, const Choice& c, void* workspace,
+                      cudaStream_t stream) {
+  const Staging s = plan_staging(p, /*for_wgmma=*/true, /*tf32x3=*/false);
   auto* ws = static_cast<uint8_t*>(workspace);
-  cudaError_t err = cudaSuccess;
-  if (w.pack_a)
-    err = pack_operand(p.A, p.lda, p.layout_a, p.batch_stride_a, Layout::kRowMajor, p.M, p.K,
-                       w.batch_a, reinterpret_cast<float*>(ws), stream);
-  if (w.pack_b && err == cudaSuccess)
-    err = pack_operand(p.B, p.ldb, p.layout_b, p.batch_stride_b, Layout::kColMajor, p.N, p.K,
-                       w.batch_b, reinterpret_cast<float*>(ws + w.bytes_a), stream);
+  const cudaError_t err = launch_staging(p, s, ws, stream);
   if (err != cudaSuccess) return err;
-  float* partials = reinterpret_cast<float*>(ws + w.bytes_a + w.bytes_b);
+  const GemmProblem q = staged_problem(p, s, ws);
+  float* partials = reinterpret_cast<float*>(ws + s.bytes_a + s.bytes_b);
   switch (c.kernel) {
     case Kernel::kWgmmaNarrow:
-      return launch_wgmma_gemm<WgmmaNarrow>(p, c.splits, partials, stream);
+      return launch_wgmma_gemm<WgmmaNarrow>(q, c.splits, partials, stream);
     case Kernel::kWgmmaMedium:
-      return launch_wgmma_gemm<WgmmaMedium>(p, c.splits, partials, stream);
+      return launch_wgmma_gemm<WgmmaMedium>(q, c.splits, partials, stream);
     default:
-      return launch_wgmma_gemm<WgmmaLarge>(p, c.splits, partials, stream);
+      return launch_wgmma_gemm<WgmmaLarge>(q, c.splits, partials, stream);
   }
 }
 
 template <class Config>
 std::string wgmma_name(const GemmProblem& p, int splits) {
   using std::to_string;
-  const WgmmaPlan w = plan_wgmma(p, splits);
+  const Staging s = plan_staging(p, /*for_wgmma=*/true, /*tf32x3=*/false);
   std::string name = "wgmma " + to_string(Config::BM) + "x" + to_string(Config::BN) + "x" +
                      to_string(Config::BK) + " stages " + to_string(Config::kStages) +
                      " cluster " + to_string(Config::kClusterM) + "x1";
   if (splits > 1) name += " split-K " + to_string(splits);
-  if (w.pack_a || w.pack_b)
-    name += std::string(" after packing ") + (w.pack_a ? (w.pack_b ? "A and B" : "A") : "B") +
+  if (s.pack_a || s.pack_b)
+    name += std::string(" after packing ") + (s.pack_a ? (s.pack_b ? "A and B" : "A") : "B") +
             " K-major";
   return name;
+}
+
+// 3xTF32 runs as one TF32 GEMM over 3K columns of packed big/small parts
+// (PackSplit), on whatever kernel TF32 would choose for that problem; where
+// TF32 itself is unavailable (the FMA kernel), the plain FP32 kernel, which
+// is at least as accurate. A 256-byte aligned stand-in for the workspace
+// address lets the sizing see the packed operands' (aligned) layout.
+const uint8_t* const kAlignedStandIn = reinterpret_cast<const uint8_t*>(uintptr_t{256});
+
+bool tf32x3_on_fma(const GemmProblem& p) {
+  return choose(p, Precision::kTF32, device_info(current_device())).kernel == Kernel::kFma;
 }
 
 }  // namespace
 
 size_t gemm_workspace_bytes(const GemmProblem& p, Precision precision) {
+  if (precision == Precision::kTF32x3) {
+    if (tf32x3_on_fma(p)) return 0;
+    const Staging s = plan_staging(p, false, true);
+    return s.bytes_a + s.bytes_b +
+           gemm_workspace_bytes(staged_problem(p, s, kAlignedStandIn), Precision::kTF32);
+  }
   const Choice c = choose(p, precision, device_info(current_device()));
   if (!is_wgmma(c.kernel)) return 0;
-  const WgmmaPlan w = plan_wgmma(p, c.splits);
-  return w.bytes_a + w.bytes_b + w.bytes_partials;
+  const Staging s = plan_staging(p, /*for_wgmma=*/true, /*tf32x3=*/false);
+  return s.bytes_a + s.bytes_b + partials_bytes(p, c.splits);
 }
 
 cudaError_t run_gemm(const GemmProblem& p, Precision precision, void* workspace,
                      cudaStream_t stream) {
+  if (precision == Precision::kTF32x3) {
+    if (tf32x3_on_fma(p)) return launch_fma_gemm(p, stream);
+    const Staging s = plan_staging(p, false, true);
+    auto* ws = static_cast<uint8_t*>(workspace);
+    const cudaError_t err = launch_staging(p, s, ws, stream);
+    if (err != cudaSuccess) return err;
+    return run_gemm(staged_problem(p, s, ws), Precision::kTF32, ws + s.bytes_a + s.bytes_b,
+                    stream);
+  }
   const Choice c = choose(p, precision, device_info(current_device()));
   switch (c.kernel) {
     case Kernel::kWgmmaLarge:
@@ -284,6 +334,12 @@ cudaError_t run_gemm(const GemmProblem& p, Precision precision, void* workspace,
 }
 
 std::string describe_gemm(const GemmProblem& p, Precision precision) {
+  if (precision == Precision::kTF32x3) {
+    if (tf32x3_on_fma(p)) return "fma (3xTF32 without TF32 tensor cores: plain FP32)";
+    const Staging s = plan_staging(p, false, true);
+    return "3xTF32 (A, B split into big and small TF32 parts, 3K columns) on " +
+           describe_gemm(staged_problem(p, s, kAlignedStandIn), Precision::kTF32);
+  }
   const Choice c = choose(p, precision, device_info(current_device()));
   std::string name;
   switch (c.kernel) {

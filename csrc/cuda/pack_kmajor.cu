@@ -1,5 +1,6 @@
 // A 32x32-tiled copy/transpose through shared memory: reads coalesced along
-// whichever of r or k is contiguous in the source, writes coalesced along k.
+// whichever of r or k is contiguous in the source, writes coalesced along k
+// (in each of the three segments for a 3xTF32 split).
 #include "pack_kmajor.h"
 
 namespace pygpukit {
@@ -7,10 +8,36 @@ namespace {
 
 constexpr int kTile = 32, kRowsPerPass = 8;
 
+// TF32 rounding to nearest, ties to even, exact in FP32 (the 13 low bits
+// cleared); a finite value that would round past FLT_MAX is truncated
+// instead, so big stays finite and small = x - big stays exact.
+__device__ __forceinline__ float tf32_round_even(float x) {
+  const uint32_t bits = __float_as_uint(x);
+  const float rounded = __uint_as_float((bits + 0xFFFu + ((bits >> 13) & 1u)) & 0xFFFFE000u);
+  return isinf(rounded) ? __uint_as_float(bits & 0xFFFFE000u) : rounded;
+}
+
+// Writes the packed form of x (one element, or three per PackSplit) at
+// column k of the row at `row`.
+__device__ __forceinline__ void store_packed(float* __restrict__ row, int64_t K, int64_t k,
+                                             float x, PackSplit split) {
+  if (split == PackSplit::kNone) {
+    row[k] = x;
+    return;
+  }
+  const bool finite = isfinite(x);
+  const float big = finite ? tf32_round_even(x) : x;
+  const float small = finite ? x - big : 0.0f;
+  const float corr = finite ? big : 0.0f;  // big, where it multiplies a small term
+  row[k] = split == PackSplit::kSmallBigBig ? small : corr;
+  row[K + k] = split == PackSplit::kSmallBigBig ? corr : small;
+  row[2 * K + k] = big;
+}
+
 // One 32x32 (r, k) tile of one batch entry.
 __device__ __forceinline__ void pack_tile(const float* __restrict__ s, bool k_major, int64_t ld,
                                           int64_t rows, int64_t K, int64_t r0, int64_t k0,
-                                          float* __restrict__ dst, int64_t ldp,
+                                          PackSplit split, float* __restrict__ dst, int64_t ldp,
                                           float (&tile)[kTile][kTile + 1]) {
   const int tx = threadIdx.x, ty = threadIdx.y;
   for (int i = ty; i < kTile; i += kRowsPerPass) {
@@ -25,21 +52,22 @@ __device__ __forceinline__ void pack_tile(const float* __restrict__ s, bool k_ma
   __syncthreads();
   for (int i = ty; i < kTile; i += kRowsPerPass) {
     const int64_t r = r0 + i, k = k0 + tx;
-    if (r < rows && k < K) dst[r * ldp + k] = tile[i][tx];
+    if (r < rows && k < K) store_packed(dst + r * ldp, K, k, tile[i][tx], split);
   }
   __syncthreads();  // the tile is reused by the next iteration
 }
 
 __global__ void pack_kmajor_kernel(const float* __restrict__ src, bool k_major, int64_t ld,
                                    int64_t batch_stride, int64_t rows, int64_t K, int64_t batch,
-                                   float* __restrict__ dst) {
+                                   PackSplit split, float* __restrict__ dst) {
   __shared__ float tile[kTile][kTile + 1];  // +1: conflict-free column access
   const int64_t k0 = int64_t(blockIdx.x) * kTile;
-  const int64_t ldp = packed_ld(K);
+  const int64_t ldp = packed_ld(packed_cols(K, split));
   // gridDim.y and gridDim.z are capped at 65535: larger counts loop.
   for (int64_t b = blockIdx.z; b < batch; b += gridDim.z) {
     for (int64_t r0 = int64_t(blockIdx.y) * kTile; r0 < rows; r0 += int64_t(gridDim.y) * kTile) {
-      pack_tile(src + b * batch_stride, k_major, ld, rows, K, r0, k0, dst + b * rows * ldp, ldp, tile);
+      pack_tile(src + b * batch_stride, k_major, ld, rows, K, r0, k0, split, dst + b * rows * ldp,
+                ldp, tile);
     }
   }
 }
@@ -47,14 +75,14 @@ __global__ void pack_kmajor_kernel(const float* __restrict__ src, bool k_major, 
 }  // namespace
 
 cudaError_t launch_pack_kmajor(const float* src, bool k_major, int64_t ld, int64_t batch_stride,
-                               int64_t rows, int64_t K, int64_t batch, float* dst,
-                               cudaStream_t stream) {
+                               int64_t rows, int64_t K, int64_t batch, PackSplit split,
+                               float* dst, cudaStream_t stream) {
   const int64_t row_tiles = (rows + kTile - 1) / kTile;
   const dim3 grid(unsigned((K + kTile - 1) / kTile), unsigned(row_tiles < 65535 ? row_tiles : 65535),
                   unsigned(batch < 65535 ? batch : 65535));
   pack_kmajor_kernel<<<grid, dim3(kTile, kRowsPerPass), 0, stream>>>(src, k_major, ld,
                                                                       batch_stride, rows, K,
-                                                                      batch, dst);
+                                                                      batch, split, dst);
   return cudaGetLastError();
 }
 

@@ -12,14 +12,30 @@ namespace pygpukit {
 // every row starts 16-byte aligned.
 __host__ __device__ inline int64_t packed_ld(int64_t K) { return (K + 3) / 4 * 4; }
 
-// dst[b][r][k] = src(b, r, k) for b < batch, r < rows, k < K, where src(b, r,
-// k) is src[b * batch_stride + r * ld + k] if k_major, else
-// src[b * batch_stride + k * ld + r] (an MN-major operand, transposed on the
-// way). dst rows are packed_ld(K) floats apart, batch entries rows *
-// packed_ld(K); the padding columns are left unwritten (TMA never reads
-// them: the tensor map's K is the true K). Runs on `stream`, no sync.
+// What a packed row holds. kNone: the K values. The 3xTF32 splits: three
+// segments of K columns each, made of big = tf32(x) (round to nearest even,
+// so TF32 rounding leaves it unchanged) and small = x - big:
+//   kSmallBigBig [small | big | big] for A and kBigSmallBig [big | small |
+//   big] for B, so that one TF32 GEMM over the 3K columns computes
+//   a_small*b_big + a_big*b_small + a_big*b_big, small terms first.
+// For a non-finite x the first two segments hold 0, so Inf and NaN enter
+// only big*big, as in a TF32 GEMM.
+enum class PackSplit { kNone, kSmallBigBig, kBigSmallBig };
+
+// Columns of a packed row: K, or 3K for a 3xTF32 split.
+__host__ __device__ inline int64_t packed_cols(int64_t K, PackSplit split) {
+  return split == PackSplit::kNone ? K : 3 * K;
+}
+
+// dst[b][r][c] for b < batch, r < rows, made from src(b, r, k), k < K, per
+// `split`; src(b, r, k) is src[b * batch_stride + r * ld + k] if k_major,
+// else src[b * batch_stride + k * ld + r] (an MN-major operand, transposed
+// on the way). dst rows are packed_ld(packed_cols(K, split)) floats apart,
+// batch entries rows times that; the padding columns are left unwritten
+// (TMA never reads them: the tensor map has the true column count). Runs on
+// `stream`, no sync.
 cudaError_t launch_pack_kmajor(const float* src, bool k_major, int64_t ld, int64_t batch_stride,
-                               int64_t rows, int64_t K, int64_t batch, float* dst,
-                               cudaStream_t stream);
+                               int64_t rows, int64_t K, int64_t batch, PackSplit split,
+                               float* dst, cudaStream_t stream);
 
 }  // namespace pygpukit

@@ -1,0 +1,42 @@
+"""The process-wide default precision of the pygpukit operators.
+
+A call with ``precision=None`` (every call that does not name one, including
+those of :class:`~pygpukit_torch.TF32Linear` built without one) resolves it
+when it runs, from the environment: ``PYGPUKIT_PRECISION`` (``tf32``,
+``tf32x3`` or ``ieee``) if set, else ``ieee`` if ``PYGPUKIT_ALLOW_TF32`` is
+``0``, else ``tf32``. :func:`default_precision` sets ``PYGPUKIT_PRECISION``
+for the duration of a ``with`` block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+from ._env import environment_variable
+
+from .ops import PRECISIONS
+
+_ENV = "PYGPUKIT_PRECISION"
+
+
+@contextlib.contextmanager
+def default_precision(precision: str) -> Iterator[None]:
+    """Run pygpukit operators called without ``precision`` at ``precision``.
+
+    Args:
+        precision: ``"tf32"``, ``"tf32x3"`` or ``"ieee"`` (see
+            :func:`pygpukit_torch.matmul_tf32`).
+
+    Raises:
+        ValueError: an unknown precision.
+
+    Process-wide (an environment variable, read on every call), so not meant
+    for concurrent use from several threads. Backward passes run after the
+    block use the precision in force when they run.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"default_precision: unknown precision {precision!r}; expected one of "
+                         f"{', '.join(PRECISIONS)}")
+    with environment_variable(_ENV, precision):
+        yield
