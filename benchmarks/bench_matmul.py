@@ -67,6 +67,8 @@ def main():
     parser.add_argument("--kernels", default="auto,mma_sync",
                         help="comma-separated kernels (pygpukit_torch.dispatch.KERNELS) to time side by "
                              "side with the automatic choice, e.g. auto,mma_sync,mma_sync_medium")
+    parser.add_argument("--tf32x3", action="store_true",
+                        help="also time precision='tf32x3' (3xTF32), reported against cuBLAS FP32")
     parser.add_argument("--json", help="write the measurements here (for benchmarks/plot_results.py)")
     parser.add_argument("--min-run-time", type=float, default=0.5, help="seconds of timing per variant")
     args = parser.parse_args()
@@ -78,6 +80,8 @@ def main():
         "cuBLAS tf32": (torch.matmul, True),
         "cuBLAS fp32": (torch.matmul, False),
     }
+    if args.tf32x3:
+        variants["pygpukit tf32x3"] = (lambda a, b: pygpukit_torch.matmul_tf32(a, b, precision="tf32x3"), None)
     extra = [k for k in args.kernels.split(",") if k != "auto"]
     for kernel in extra:
         variants[f"pygpukit {kernel}"] = (forced(kernel), None)
@@ -114,6 +118,11 @@ def main():
         o, t, f = row["pygpukit tf32"], row["cuBLAS tf32"], row["cuBLAS fp32"]
         cells.append([row["shape"], f"{o[0]:.1f}", f"{t[0]:.1f}", f"{f[0]:.1f}", f"{o[0] / t[0]:.2f}",
                       f"{o[0] / f[0]:.2f}", f"{o[1]:.2e}", f"{t[1]:.2e}", info])
+    if args.tf32x3:
+        columns += ["pygpukit tf32x3 TFLOP/s", "tf32x3 / cuBLAS FP32", "rel. err tf32x3", "rel. err cuBLAS FP32"]
+        for cell, (row, _) in zip(cells, rows):
+            x3, f = row["pygpukit tf32x3"], row["cuBLAS fp32"]
+            cell += [f"{x3[0]:.1f}", f"{x3[0] / f[0]:.2f}", f"{x3[1]:.2e}", f"{f[1]:.2e}"]
     for k in extra:
         columns.append(f"pygpukit {k} TFLOP/s")
         for cell, (row, _) in zip(cells, rows):
