@@ -111,11 +111,15 @@ def _around_same_parameters(cls, linear: nn.Linear, **attributes) -> nn.Linear:
 # ---- policy: which layers are worth swapping ----------------------------------------------------
 
 # Layers with fewer weights (in_features * out_features) than this stay on
-# torch. PROVISIONAL, to be replaced by the crossover that
-# benchmarks/bench_linear.py measures on the H200: the only evidence so far is
-# the MiniLM demo (layers 384x384 to 384x1536, 90 tokens), faster swapped
-# (2.33 vs 2.62 ms per batch, benchmarks/RESULTS.md), while launch overhead
-# and our slow small-M tiles make tiny layers a likely loss.
+# torch. What the H200 measured (benchmarks/RESULTS.md, 2026-11-30): against
+# torch in FP32, PyTorch's default, swapped layers win from M = 16 tokens up
+# (4096-14336 wide: 2.2-6.8x), and so does the MiniLM demo's whole model
+# (384-1536 wide layers, 4.84 -> 4.02 ms per batch); against torch with TF32
+# enabled they are at 0.6-1.0x; at M = 1 (decode) they lose to both
+# (0.6-0.8x). Below 128 x 128 nothing was measured, and launch overhead
+# (tensor maps, split-K's second pass) dominates; the threshold is that
+# judgement, not a measured crossover. The policy sees only the layer, not the
+# number of tokens it will get.
 MIN_SWAP_WEIGHT_ELEMENTS = 128 * 128
 
 
