@@ -199,8 +199,16 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
 }
 #endif
 
+// Cluster dimensions exist from sm_90 on: other device passes (sm_80..89,
+// where this kernel only traps) must not see the attribute.
+#if !defined(__CUDA_ARCH__) || PYGPUKIT_SM90A_DEVICE
+#define PYGPUKIT_CLUSTER_DIMS(x) __cluster_dims__(x, 1, 1)
+#else
+#define PYGPUKIT_CLUSTER_DIMS(x)
+#endif
+
 template <class Cfg>
-__global__ void __cluster_dims__(Cfg::kClusterM, 1, 1) __launch_bounds__(Cfg::kThreads, 1)
+__global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kThreads, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_a,
                       const __grid_constant__ CUtensorMap map_b,
                       const __grid_constant__ CUtensorMap map_c, const WgmmaParams p) {
