@@ -16,10 +16,14 @@ EncodeTiled encode_tiled() {
   static EncodeTiled fn = [] {
     void* ptr = nullptr;
     cudaDriverEntryPointQueryResult status;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault,
-                                         &status) != cudaSuccess ||
-        status != cudaDriverEntryPointSuccess)
-      ptr = nullptr;
+#if CUDART_VERSION >= 12050
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000,
+                                                             cudaEnableDefault, &status);
+#else  // CUDA 12.0-12.4: the versioned lookup does not exist yet
+    const cudaError_t err =
+        cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &ptr, cudaEnableDefault, &status);
+#endif
+    if (err != cudaSuccess || status != cudaDriverEntryPointSuccess) ptr = nullptr;
     return reinterpret_cast<EncodeTiled>(ptr);
   }();
   return fn;
