@@ -1,3 +1,4 @@
+#include <cctype>
 #include <optional>
 #include "matmul_args.h"
 
@@ -74,9 +75,11 @@ Precision parse_precision(std::optional<c10::string_view> precision, const char*
                         "or 'ieee', got '", env, "'");
       return *p;
     }
+    // PYGPUKIT_ALLOW_TF32 = 0 / false / no / off (any case) disallows TF32.
     const char* env = std::getenv("PYGPUKIT_ALLOW_TF32");
-    const std::string v = env ? env : "";
-    return (v == "0" || v == "false" || v == "False") ? Precision::kIEEE : Precision::kTF32;
+    std::string v = env ? env : "";
+    for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return (v == "0" || v == "false" || v == "no" || v == "off") ? Precision::kIEEE : Precision::kTF32;
   }
   const auto p = precision_named(*precision);
   TORCH_CHECK_VALUE(p.has_value(), op, ": precision must be 'tf32', 'tf32x3', 'ieee' or None, got '",

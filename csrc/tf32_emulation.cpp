@@ -26,10 +26,15 @@ at::Tensor emulated_matmul(const at::Tensor& a, const at::Tensor& b, Precision p
   if (precision == Precision::kIEEE) return at::matmul(a.to(at::kDouble), b.to(at::kDouble));
   if (precision == Precision::kTF32)
     return at::matmul(round_to_tf32(a).to(at::kDouble), round_to_tf32(b).to(at::kDouble));
-  // 3xTF32: (big, big for the corrections, small) of each operand.
+  // 3xTF32: (big, big for the corrections, small) of each operand. As in the
+  // CUDA packing (pack_kmajor.cu), a finite x that rounds past FLT_MAX is
+  // truncated instead, so that big stays finite and x - big exact.
   auto split = [](const at::Tensor& x) {
-    const at::Tensor big = round_to_tf32(x);
     const at::Tensor finite = x.isfinite();
+    at::Tensor big = round_to_tf32(x);
+    big = at::where(finite & big.isinf(),
+                    x.contiguous().view(at::kInt).bitwise_and(static_cast<int32_t>(0xFFFFE000u)).view(at::kFloat),
+                    big);
     const at::Tensor zero = at::zeros_like(x);
     return std::array<at::Tensor, 3>{big.to(at::kDouble),
                                      at::where(finite, big, zero).to(at::kDouble),

@@ -5,8 +5,9 @@ GPU, the shape, the layouts and the alignment. ``PYGPUKIT_KERNEL`` in the
 environment, read on every call, overrides that choice; :func:`force_kernel`
 sets it for the duration of a ``with`` block. A forced kernel that cannot run
 a given problem (``wgmma`` off Hopper, ``mma_sync_large`` with unaligned
-operands) falls back to the automatic choice; :func:`pygpukit_torch.kernel_info`
-tells what a call actually runs.
+operands) falls back to the automatic choice, and so does a value of
+``PYGPUKIT_KERNEL`` that is not a kernel name; :func:`pygpukit_torch.kernel_info`
+tells what a call actually runs. CPU tensors always run the CPU emulation.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def force_kernel(kernel: str) -> Iterator[None]:
     """Run every pygpukit GEMM inside the block on ``kernel``.
 
     Args:
-        kernel: one of :data:`KERNELS`. ``wgmma``: the Hopper TMA + wgmma
+        kernel: one of ``pygpukit_torch.dispatch.KERNELS``. ``wgmma``: the Hopper TMA + wgmma
             kernel (sm_90a builds on compute capability 9.0). ``mma_sync``:
             the portable mma.sync kernel with its automatic tile choice;
             ``mma_sync_large|medium|small``: one tile configuration. ``fma``:
@@ -35,7 +36,9 @@ def force_kernel(kernel: str) -> Iterator[None]:
         ValueError: an unknown kernel name.
 
     The override is process-wide (an environment variable), so it is not
-    meant for concurrent use from several threads.
+    meant for concurrent use from several threads. A kernel that cannot run
+    a given problem falls back to the automatic choice; CPU tensors are not
+    affected.
     """
     if kernel not in KERNELS:
         raise ValueError(f"force_kernel: unknown kernel {kernel!r}; expected one of {', '.join(KERNELS)}")

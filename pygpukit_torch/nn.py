@@ -28,12 +28,12 @@ FilterFn = Callable[[nn.Module, str], bool]
 Policy = Callable[[nn.Linear, str], Optional[str]]
 
 
-def _check_options(activation: str, precision: Optional[str]) -> None:
+def _check_options(activation: str, precision: Optional[str], caller: str = "TF32Linear") -> None:
     if activation not in ACTIVATIONS:
-        raise ValueError(f"TF32Linear: unknown activation {activation!r}; expected one of "
+        raise ValueError(f"{caller}: unknown activation {activation!r}; expected one of "
                          + ", ".join(repr(a) for a in ACTIVATIONS))
     if precision is not None and precision not in PRECISIONS:
-        raise ValueError(f"TF32Linear: precision must be 'tf32', 'tf32x3', 'ieee' or None, got {precision!r}")
+        raise ValueError(f"{caller}: precision must be 'tf32', 'tf32x3', 'ieee' or None, got {precision!r}")
 
 
 class TF32Linear(nn.Linear):
@@ -56,7 +56,8 @@ class TF32Linear(nn.Linear):
     Shapes: input ``[..., in_features]`` float32, output ``[..., out_features]``.
 
     Raises:
-        ValueError: an unknown activation or precision (at construction).
+        ValueError: an unknown activation or precision, or a dtype other than
+            float32 (at construction).
         RuntimeError: from forward, an input that is not float32 or whose last
             dimension is not ``in_features``.
     """
@@ -64,6 +65,8 @@ class TF32Linear(nn.Linear):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
                  activation: str = "none", precision: Optional[str] = None):
         _check_options(activation, precision)
+        if dtype is not None and dtype != torch.float32:
+            raise ValueError(f"TF32Linear: parameters must be float32 (the op's only dtype), got dtype={dtype}")
         super().__init__(in_features, out_features, bias, device, dtype)
         self.activation = activation
         self.precision = precision
@@ -159,8 +162,16 @@ class SwapReport:
         return text
 
 
-# Activation modules that linear_tf32's epilogue computes identically.
+def _has_hooks(module: nn.Module) -> bool:
+    return any(getattr(module, hooks, None) for hooks in ("_forward_pre_hooks", "_forward_hooks",
+                                                          "_backward_pre_hooks", "_backward_hooks"))
+
+
+# Activation modules that linear_tf32's epilogue computes identically; one
+# with hooks is not (fusing would drop them).
 def _fusable_activation(module: Optional[nn.Module]) -> Optional[str]:
+    if module is None or _has_hooks(module):
+        return None
     if type(module) is nn.ReLU:
         return "relu"
     if type(module) is nn.GELU:
@@ -185,8 +196,7 @@ def _unswappable_reason(module: nn.Linear, swap_subclasses: bool) -> Optional[st
     if extra or not isinstance(module.weight, nn.Parameter):
         return (f"state beyond plain weight and bias Parameters ({', '.join(extra) or 'computed weight'}; "
                 "e.g. weight_norm or a parametrization)")
-    if any(getattr(module, hooks, None) for hooks in ("_forward_pre_hooks", "_forward_hooks",
-                                                       "_backward_pre_hooks", "_backward_hooks")):
+    if _has_hooks(module):
         return "has module hooks, which a new module would not carry over"
     if module.weight.device.type == "meta":
         return "parameters on the meta device (load real weights first)"
@@ -233,7 +243,7 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
         ``pygpukit_swap_report`` on the returned module. A Linear reachable
         under several names is replaced by one shared TF32Linear.
     """
-    _check_options("none", precision)
+    _check_options("none", precision, caller="swap_linear_")
     report = SwapReport()
     replacements: Dict[Tuple[int, str], nn.Module] = {}
     visited = set()
@@ -251,7 +261,12 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
             return module
         key = (id(module), activation)
         if key not in replacements:
-            replacements[key] = TF32Linear.from_linear(module, activation=activation, precision=precision)
+            new = TF32Linear.from_linear(module, activation=activation, precision=precision)
+            # Kept outside _modules (no state_dict or named_modules entry), so
+            # that unswap_linear_ puts this very module back: its class,
+            # attributes and identity, not just its Parameters.
+            new.__dict__["_original_linear"] = module
+            replacements[key] = new
         report.swapped.append(fqn)
         return replacements[key]
 
@@ -290,11 +305,12 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
 
 
 def unswap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None) -> nn.Module:
-    """Puts a plain ``nn.Linear`` back around the same Parameters in place of
-    every :class:`TF32Linear` in `model` (those for which
-    ``filter_fn(module, fqn)`` is true, if given), and the original
-    activation module back in place of the ``nn.Identity`` that activation
-    fusion left. A TF32Linear with an activation that swap_linear_ did not
+    """Puts back, in place of every :class:`TF32Linear` in `model` (those for
+    which ``filter_fn(module, fqn)`` is true, if given), the very module
+    swap_linear_ replaced (or, for a TF32Linear it did not create or whose
+    Parameters were reassigned since, a plain ``nn.Linear`` around its
+    Parameters), and the original activation module back in place of the
+    ``nn.Identity`` that activation fusion left. A TF32Linear with an activation that swap_linear_ did not
     fuse has no module to restore it to and stays (a warning is logged).
 
     Returns `model`, or the new nn.Linear when `model` itself is a TF32Linear.
@@ -312,7 +328,11 @@ def unswap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None) ->
                 return module
             setattr(parent, next_name, unfused)
         if id(module) not in replacements:
-            replacements[id(module)] = module.to_linear()
+            original = module.__dict__.get("_original_linear")
+            # The original, unless its Parameters were replaced meanwhile.
+            same = original is not None and original.weight is module.weight and original.bias is module.bias
+            replacements[id(module)] = original if same else module.to_linear()
+            replacements[id(module)].train(module.training)
         return replacements[id(module)]
 
     def convert(module: nn.Module, fqn: str) -> nn.Module:

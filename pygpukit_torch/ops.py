@@ -32,13 +32,18 @@ def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
             error about 3e-4, like cuBLAS TF32. ``"tf32x3"``: 3xTF32, each input
             split into a TF32 "big" part and a TF32 "small" remainder and
             ``a_small·b_big + a_big·b_small + a_big·b_big`` accumulated in FP32
-            on tensor cores: about FP32 accuracy, at a third of TF32's rate or
-            better. ``"ieee"``: plain FP32 arithmetic, no tensor cores.
+            on tensor cores, at about a third of TF32's rate: on an H200 the
+            relative error is 3e-7 at K=256 and 1e-5 at K=4096, growing with
+            K (the tensor cores' accumulation is not rounded to nearest), i.e.
+            far better than TF32 but not as good as cuBLAS FP32 (1e-6 at
+            K=4096). ``"ieee"``: plain FP32 arithmetic, no tensor cores.
             ``None`` (default): the environment variable
             ``PYGPUKIT_PRECISION`` (one of those names; see
             :func:`pygpukit_torch.default_precision`) if set, else ``"ieee"``
-            if ``PYGPUKIT_ALLOW_TF32`` is ``0``, else ``"tf32"``. PyTorch's own
-            TF32 settings are not consulted.
+            if ``PYGPUKIT_ALLOW_TF32`` is ``0``/``false``/``no``/``off``, else
+            ``"tf32"``. PyTorch's own TF32 settings are not consulted.
+            On the CPU every precision is emulated: inputs rounded (ties to
+            even) or split the same way, products accumulated in float64.
 
     Raises:
         RuntimeError: 0-D operands, a dtype other than float32, operands on
@@ -49,7 +54,11 @@ def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
 
 
 def kernel_info(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = None) -> str:
-    """Name of the kernel and tile configuration ``matmul_tf32(a, b)`` runs."""
+    """Name of the kernel and tile configuration ``matmul_tf32(a, b,
+    precision=precision)`` would run for these operands, e.g. ``"wgmma
+    128x256x32 stages 4 cluster 2x1 (A row-major, B column-major)"`` on an
+    H100/H200, or ``"cpu (TF32 inputs rounded to nearest even, float64
+    accumulation)"`` for CPU tensors. Launches nothing."""
     return torch.ops.pygpukit.matmul_kernel_info.default(a, b, precision=precision)
 
 
@@ -214,7 +223,10 @@ def _activation_backward(ctx, grad, x, weight, bias, output):
         return torch.ops.aten.threshold_backward(grad, output, 0)
     z = linear_tf32(x, weight, bias, precision=ctx.precision)
     if act == "silu":
-        return torch.ops.aten.silu_backward(grad, z)
+        # silu'(z) = s (1 + z (1 - s)), s = sigmoid(z), in differentiable ops
+        # (aten.silu_backward has no derivative of its own: double backward).
+        s = torch.sigmoid(z)
+        return grad * s * (1 + z * (1 - s))
     return torch.ops.aten.gelu_backward(grad, z, approximate="tanh" if act == "gelu_tanh" else "none")
 
 
@@ -228,10 +240,16 @@ def _linear_backward(ctx, grad):
     # needs_input_grad can be shorter than the schema's argument list.
     need_x, need_w, need_b = (tuple(ctx.needs_input_grad) + (False,) * 3)[:3]
     grad_x = matmul_tf32(g, weight, precision=ctx.precision) if need_x else None
-    g2 = g.reshape(-1, g.shape[-1])
-    grad_w = matmul_tf32(g2.mT, x.reshape(-1, x.shape[-1]), precision=ctx.precision) if need_w else None
+    g2 = _rows(g)
+    grad_w = matmul_tf32(g2.mT, _rows(x), precision=ctx.precision) if need_w else None
     grad_b = g2.sum(0) if (need_b and ctx.has_bias) else None
     return grad_x, grad_w, grad_b, None
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """t[..., C] as a matrix [rows, C] (a 1-D t is one row); unlike
+    reshape(-1, C) it also works when C or a leading dimension is 0."""
+    return t.unsqueeze(0) if t.dim() == 1 else t.flatten(0, -2)
 
 
 torch.library.register_autograd("pygpukit::linear_tf32", _linear_backward, setup_context=_linear_setup_context)

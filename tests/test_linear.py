@@ -268,3 +268,33 @@ def test_devices_must_agree(which):
     args[which] = args[which].cpu()
     with pytest.raises(RuntimeError, match="on the same device"):
         linear_tf32(**args)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("activation", ["none", "relu", "gelu", "silu"])
+@pytest.mark.parametrize("x_shape,w_shape", [((5, 3), (0, 3)), ((5, 0), (4, 0)), ((3,), (0, 3)), ((0,), (4, 0)),
+                                             ((2, 0, 3), (4, 3))])
+def test_backward_with_empty_dimensions(device, activation, x_shape, w_shape):
+    x = torch.randn(x_shape, device=device, requires_grad=True)
+    w = torch.randn(w_shape, device=device, requires_grad=True)
+    b = torch.randn(w_shape[0], device=device, requires_grad=True)
+    linear_tf32(x, w, b, activation).sum().backward()
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
+    ref = torch.nn.functional.linear(x64, w64, b64)
+    ACTIVATIONS[activation](ref).sum().backward()
+    for ours, theirs in ((x, x64), (w, w64), (b, b64)):
+        assert ours.grad.shape == theirs.shape
+        torch.testing.assert_close(ours.grad.double(), theirs.grad, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("activation", ["silu", "gelu", "gelu_tanh", "relu"])
+def test_double_backward(device, activation):
+    x = torch.randn(6, 20, device=device, requires_grad=True)
+    w = torch.randn(9, 20, device=device, requires_grad=True)
+    (gx,) = torch.autograd.grad(linear_tf32(x, w, None, activation, precision="ieee").sum(), x, create_graph=True)
+    (ggw,) = torch.autograd.grad(gx.square().sum(), w)
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    (gx64,) = torch.autograd.grad(ACTIVATIONS[activation](x64 @ w64.T).sum(), x64, create_graph=True)
+    (ggw64,) = torch.autograd.grad(gx64.square().sum(), w64)
+    torch.testing.assert_close(ggw.double(), ggw64, rtol=1e-4, atol=1e-4)

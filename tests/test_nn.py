@@ -343,3 +343,49 @@ def test_minilm_same_embeddings_after_swap():
     assert len(report.swapped) == 37 and report.skipped == [], report.summary()
     cos = F.cosine_similarity(out.float(), ref.float(), dim=-1)
     assert float(cos.min()) > 0.9999
+
+
+def test_unswap_puts_back_the_very_modules_swapped():
+    class Doubled(nn.Linear):
+        def forward(self, x):
+            return super().forward(x) * 2
+
+    first, custom = nn.Linear(200, 200), Doubled(200, 200)
+    first.tag = "keep"
+    model = nn.Sequential(first, nn.ReLU(), custom)
+    x = torch.randn(3, 200)
+    ref = model(x)
+    swap_linear_(model, policy=None, swap_subclasses=True, activation_fusion=True)
+    assert isinstance(model[0], TF32Linear) and isinstance(model[2], TF32Linear)
+    unswap_linear_(model)
+    assert model[0] is first and model[2] is custom and model[0].tag == "keep"
+    torch.testing.assert_close(model(x), ref)
+    with swapped_linear(model, policy=None, swap_subclasses=True):
+        assert isinstance(model[2], TF32Linear)
+    assert model[2] is custom
+    root = nn.Linear(200, 200)
+    assert unswap_linear_(swap_linear_(root, policy=None)) is root
+
+
+def test_unswap_after_parameters_were_reassigned_builds_a_new_linear():
+    model = nn.Sequential(nn.Linear(200, 200))
+    swap_linear_(model, policy=None)
+    model[0].weight = nn.Parameter(torch.zeros(200, 200))
+    unswap_linear_(model)
+    assert type(model[0]) is nn.Linear and bool((model[0].weight == 0).all())
+
+
+def test_activation_with_hooks_is_not_fused():
+    model = nn.Sequential(nn.Linear(200, 200), nn.ReLU())
+    model[1].register_forward_pre_hook(lambda module, inputs: (inputs[0] * 0,))
+    swap_linear_(model, policy=None, activation_fusion=True)
+    assert model.pygpukit_swap_report.fused == [] and isinstance(model[1], nn.ReLU)
+    with torch.no_grad():
+        assert float(model(torch.randn(3, 200)).abs().max()) == 0.0
+
+
+def test_tf32linear_rejects_other_dtypes_and_swap_names_itself_in_errors():
+    with pytest.raises(ValueError, match="must be float32.*float64"):
+        TF32Linear(5, 3, dtype=torch.float64)
+    with pytest.raises(ValueError, match="^swap_linear_: precision must be"):
+        swap_linear_(nn.Sequential(nn.Linear(4, 4)), precision="bad")

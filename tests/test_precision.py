@@ -110,12 +110,17 @@ def test_tf32x3_nan_inf_like_torch(device, kernel):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_tf32x3_near_float_max_stays_finite(device):
-    # 3.4e38 rounds to Inf in TF32; the split keeps big finite (truncating).
-    a = torch.full((4, 8), 3.4e38, device=device)
+    # FLT_MAX rounds to Inf in TF32; the split keeps big finite (truncating),
+    # so finite products stay finite and exact sums stay exact.
+    fmax = torch.finfo(torch.float32).max
+    a = torch.full((4, 8), fmax, device=device)
     b = torch.full((8, 4), 2.0 ** -10, device=device)
     out = matmul_tf32(a, b, precision="tf32x3")
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out.double(), matmul_reference(a, b), rtol=1e-6, atol=0)
+    c = torch.tensor([[fmax, 1.0]], device=device)
+    d = torch.tensor([[0.0], [1.0]], device=device)
+    assert float(matmul_tf32(c, d, precision="tf32x3")) == 1.0
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -156,6 +161,18 @@ def test_default_precision_context_manager(device):
     with pytest.raises(ValueError, match="unknown precision 'fp64'"):
         with pygpukit_torch.default_precision("fp64"):
             pass
+
+
+def test_allow_tf32_environment_variable_values():
+    code = ("import torch, pygpukit_torch\n"
+            "x = torch.eye(8) * (1 + 2**-11 + 2**-12)\n"
+            "print(float(pygpukit_torch.matmul_tf32(x, torch.eye(8))[0, 0]) - 1)\n")
+    for value, expected in (("0", 2 ** -11 + 2 ** -12), ("OFF", 2 ** -11 + 2 ** -12), ("no", 2 ** -11 + 2 ** -12),
+                            ("False", 2 ** -11 + 2 ** -12), ("1", 2 ** -10), ("", 2 ** -10)):
+        env = dict(os.environ, PYGPUKIT_ALLOW_TF32=value)
+        env.pop("PYGPUKIT_PRECISION", None)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert float(out.stdout) == expected, (value, out.stderr)
 
 
 def test_precision_environment_variable():

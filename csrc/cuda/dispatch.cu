@@ -114,10 +114,15 @@ Choice choose_wgmma(const GemmProblem& p, const DeviceInfo& d) {
 // mma_sync_large, mma_sync_medium, mma_sync_small, fma. A forced kernel that
 // cannot run the problem (wgmma off Hopper, large tile with unaligned
 // operands, too little shared memory) falls back to the automatic choice
-// rather than fail.
+// rather than fail; so does a name that is none of these (a typo must not
+// quietly turn the Hopper path off).
 std::string forced_kernel() {
+  static const std::array<const char*, 6> kForceable = {
+      "wgmma", "mma_sync", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "fma"};
   const char* env = std::getenv("PYGPUKIT_KERNEL");
-  return env ? env : "auto";
+  for (const char* name : kForceable)
+    if (env != nullptr && std::string(env) == name) return name;
+  return "auto";
 }
 
 Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
