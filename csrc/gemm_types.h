@@ -22,7 +22,9 @@ enum class Activation : int { kNone = 0, kRelu, kGelu, kGeluTanh, kSilu };
 //            small with big = tf32(x), small = tf32(x - big), and
 //            a*b ~ a_small*b_big + a_big*b_small + a_big*b_big on TF32
 //            tensor cores, accumulated in FP32 (the small*small term,
-//            ~2^-22 relative, is dropped). About FP32 accuracy.
+//            ~2^-22 relative, is dropped). Far more accurate than kTF32, but
+//            on the H200 less than cuBLAS FP32 at large K (measured 9.6e-6 vs
+//            1.15e-6 at 4096^3): the tensor cores' accumulation is not RN.
 enum class Precision : int { kTF32 = 0, kIEEE = 1, kTF32x3 = 2 };
 
 }  // namespace pygpukit

@@ -77,6 +77,13 @@ def poison_next_output(shape, device) -> None:
     torch.full(shape, float("nan"), device=device)  # freed at once, block reused next
 
 
+def poisoned_matmul(a, b, precision=None):
+    """matmul_tf32 with its output memory NaN-poisoned beforehand (on CUDA)."""
+    out_shape = torch.matmul(torch.empty(a.shape, device="meta"), torch.empty(b.shape, device="meta")).shape
+    poison_next_output(out_shape, a.device.type)
+    return pygpukit_torch.matmul_tf32(a, b, precision=precision)
+
+
 def assert_within(out, ref, bound_fn) -> None:
     """out is a contiguous float32 tensor of ref's shape with every element
     within bound_fn() (called only when there are elements) of ref."""

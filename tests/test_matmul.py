@@ -6,15 +6,11 @@ import torch
 
 from pygpukit_torch import matmul_tf32
 from pygpukit_torch.testing import cublas_tf32
-from conftest import (DEVICE_KERNELS, DEVICES, assert_matmul_close, matmul_reference, poison_next_output,
+from conftest import (DEVICE_KERNELS, DEVICES, assert_matmul_close, matmul_reference, poisoned_matmul,
                       rel_error, requires_cuda, requires_two_gpus, CUDA_KERNELS)
 
 
-def run(a, b, precision=None):
-    """matmul_tf32 with its output memory NaN-poisoned beforehand (on CUDA)."""
-    out_shape = torch.matmul(torch.empty(a.shape, device="meta"), torch.empty(b.shape, device="meta")).shape
-    poison_next_output(out_shape, a.device.type)
-    return matmul_tf32(a, b, precision=precision)
+run = poisoned_matmul
 
 
 SQUARES = [1, 2, 3, 7, 8, 16, 31, 64, 127, 128, 255, 256, 511, 1024]

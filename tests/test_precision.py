@@ -13,12 +13,11 @@ import pygpukit_torch
 from pygpukit_torch import linear_tf32, matmul_tf32
 from pygpukit_torch.testing import cublas_tf32
 from conftest import (CUDA_KERNELS, DEVICE_KERNELS, DEVICES, assert_matmul_close, error_bound,
-                      matmul_reference, poison_next_output, rel_error, requires_cuda)
+                      matmul_reference, poisoned_matmul, rel_error, requires_cuda)
 
 
 def run(a, b, precision="tf32x3"):
-    poison_next_output((a.shape[0], b.shape[1]), a.device.type)
-    return matmul_tf32(a, b, precision=precision)
+    return poisoned_matmul(a, b, precision)
 
 
 def wide_range(rows, cols, device, generator=None):

@@ -41,10 +41,13 @@ struct WgmmaConfig {
   static_assert(kStageBytesA % 1024 == 0 && (BN / kClusterM) % 8 == 0,
                 "every tile and multicast slice must start 1024-byte aligned");
 
-  // Threadblocks covering an M x N output: whole clusters, so along M the
-  // tile count is rounded up to a multiple of kClusterM.
-  static constexpr int64_t tiles(int64_t M, int64_t N) {
-    return ((M + BM * kClusterM - 1) / (BM * kClusterM)) * kClusterM * ((N + BN - 1) / BN);
+  // Clusters covering an M x N output, each kClusterM tiles stacked along M.
+  __host__ __device__ static constexpr int64_t cluster_tiles(int64_t M, int64_t N) {
+    return ((M + BM * kClusterM - 1) / (BM * kClusterM)) * ((N + BN - 1) / BN);
+  }
+  // Threadblocks covering an M x N output: whole clusters.
+  __host__ __device__ static constexpr int64_t tiles(int64_t M, int64_t N) {
+    return cluster_tiles(M, N) * kClusterM;
   }
 };
 

@@ -50,9 +50,10 @@ struct WorkTile {
   int split, k_begin, k_end;
 };
 
+// Work items of the persistent schedule: cluster tiles x batch x splits.
 template <class Cfg>
-__host__ __device__ __forceinline__ int64_t cluster_tile_count(int64_t M, int64_t N) {
-  return ceil_div(M, Cfg::BM * Cfg::kClusterM) * ceil_div(N, Cfg::BN);
+__host__ __device__ __forceinline__ int64_t work_count(const WgmmaParams& p) {
+  return Cfg::cluster_tiles(p.M, p.N) * p.batch * p.splits;
 }
 
 // Work item w: a cluster tile (kClusterM vertically adjacent threadblock
@@ -160,7 +161,7 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
 #pragma unroll
   for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
   int it = 0;  // pipeline slot counter, continuous across work tiles
-  const int64_t works = cluster_tile_count<Cfg>(p.M, p.N) * p.batch * p.splits;
+  const int64_t works = work_count<Cfg>(p);
   for (int64_t w = blockIdx.x / Cfg::kClusterM; w < works; w += gridDim.x / Cfg::kClusterM) {
     const WorkTile tile = work_tile<Cfg>(p, w, rank);
     for (int kt = tile.k_begin; kt < tile.k_end; ++kt, ++it) {
@@ -250,7 +251,7 @@ __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kTh
     // a slot as soon as every consumer warp of the cluster released it.
     if (threadIdx.x == 0) {
       int it = 0;  // pipeline slot counter, continuous across work tiles
-      const int64_t works = cluster_tile_count<Cfg>(p.M, p.N) * p.batch * p.splits;
+      const int64_t works = work_count<Cfg>(p);
       for (int64_t w = blockIdx.x / Cfg::kClusterM; w < works; w += gridDim.x / Cfg::kClusterM) {
         const WorkTile tile = work_tile<Cfg>(p, w, rank);
         const int batch_a = int(tile.batch * p.batch_step_a);
@@ -331,7 +332,7 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
   if (err != cudaSuccess) return err;
   // Persistent: one cluster per resident slot, each walking the work items.
   static std::array<std::atomic<int>, 64> resident{};
-  const int64_t works = wgmma_detail::cluster_tile_count<Cfg>(p.M, p.N) * p.batch * splits;
+  const int64_t works = wgmma_detail::work_count<Cfg>(params);
   const int64_t clusters = std::min<int64_t>(
       works, resident_clusters(reinterpret_cast<const void*>(kernel), Cfg::kThreads,
                                Cfg::kSmemBytes, Cfg::kClusterM, resident));
