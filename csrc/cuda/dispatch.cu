@@ -42,7 +42,8 @@ const DeviceInfo& device_info(int device) {
 }
 
 enum class Kernel {
-  kWgmmaLarge, kWgmmaMedium, kWgmmaNarrow,
+  kWgmmaLarge, kWgmmaSquare, kWgmmaMedium, kWgmmaNarrow, kWgmmaPromotedLarge,
+  kWgmmaPromotedMedium,
   kMmaSyncLarge, kMmaSyncMedium, kMmaSyncSmall,
   kFma
 };
@@ -54,7 +55,9 @@ struct Choice {
 };
 
 bool is_wgmma(Kernel k) {
-  return k == Kernel::kWgmmaLarge || k == Kernel::kWgmmaMedium || k == Kernel::kWgmmaNarrow;
+  return k == Kernel::kWgmmaLarge || k == Kernel::kWgmmaSquare || k == Kernel::kWgmmaMedium ||
+         k == Kernel::kWgmmaNarrow ||
+         k == Kernel::kWgmmaPromotedLarge || k == Kernel::kWgmmaPromotedMedium;
 }
 
 // 16-byte cp.async needs every chunk start 16-byte aligned: the base pointer,
@@ -103,9 +106,35 @@ Choice wgmma_choice(Kernel kernel, const GemmProblem& p, const DeviceInfo& d) {
   return {kernel, false, int(std::max<int64_t>(splits, 1))};
 }
 
-Choice choose_wgmma(const GemmProblem& p, const DeviceInfo& d) {
+// Time of a 128x128 tile relative to a 128x256 one, each on a whole SM.
+// Provisional: from the H200 ratio of the 128x128 3xTF32 kernel's rate to
+// the 128x256 TF32 kernel's, which overstates it (that kernel also pays for
+// its promotions).
+constexpr double kSquareTileCost = 0.55;
+
+// Whether the persistent schedule of WgmmaSquare ends sooner than
+// WgmmaLarge's: both run in waves of one cluster per two SMs, and a last wave
+// that is mostly empty costs a whole tile time all the same. Only for
+// problems with at least one full wave of 128x256 tiles: smaller ones are
+// split along K instead (wgmma_choice).
+bool square_tiles_finish_sooner(const GemmProblem& p, const DeviceInfo& d) {
+  const int64_t slots = std::max(d.sm_count / 2, 1);
+  const int64_t large = WgmmaLarge::cluster_tiles(p.M, p.N) * p.batch;
+  const int64_t square = WgmmaSquare::cluster_tiles(p.M, p.N) * p.batch;
+  auto waves = [slots](int64_t work) { return double((work + slots - 1) / slots); };
+  return large >= slots && waves(square) * kSquareTileCost < waves(large);
+}
+
+// 3xTF32 (its staged problem) takes the configurations that promote their
+// accumulators: its point is FP32 accuracy, which one long tensor-core
+// accumulation chain loses.
+Choice choose_wgmma(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
+  if (precision == Precision::kTF32x3)
+    return p.M <= 128 ? wgmma_choice<WgmmaPromotedMedium>(Kernel::kWgmmaPromotedMedium, p, d)
+                      : wgmma_choice<WgmmaPromotedLarge>(Kernel::kWgmmaPromotedLarge, p, d);
   if (p.M <= 64) return wgmma_choice<WgmmaNarrow>(Kernel::kWgmmaNarrow, p, d);
   if (p.M <= 128) return wgmma_choice<WgmmaMedium>(Kernel::kWgmmaMedium, p, d);
+  if (square_tiles_finish_sooner(p, d)) return wgmma_choice<WgmmaSquare>(Kernel::kWgmmaSquare, p, d);
   return wgmma_choice<WgmmaLarge>(Kernel::kWgmmaLarge, p, d);
 }
 
@@ -125,6 +154,7 @@ std::string forced_kernel() {
   return "auto";
 }
 
+// For kTF32x3, `p` is the staged problem (3K columns of big and small parts).
 Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   // mma.sync TF32 needs sm_80; FP32 precision never uses tensor cores.
   if (precision == Precision::kIEEE || d.cc_major < 8) return {Kernel::kFma};
@@ -133,13 +163,13 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   const std::string forced = forced_kernel();
   if (forced == "fma") return {Kernel::kFma};
   const bool wgmma = wgmma_available(d);
-  if (forced == "wgmma" && wgmma) return choose_wgmma(p, d);
+  if (forced == "wgmma" && wgmma) return choose_wgmma(p, precision, d);
   if (forced == "mma_sync_large" && vec16 && fits<MmaSyncLarge>(p, d)) return {Kernel::kMmaSyncLarge, true};
   if (forced == "mma_sync_medium" && fits<MmaSyncMedium>(p, d)) return {Kernel::kMmaSyncMedium, vec16};
   if (forced == "mma_sync_small") return {Kernel::kMmaSyncSmall, vec16};
   // On Hopper, wgmma for everything but small problems.
   if (wgmma && forced == "auto" && p.M * p.N * p.K * p.batch >= kWgmmaMinMacs)
-    return choose_wgmma(p, d);
+    return choose_wgmma(p, precision, d);
   // The largest tile that still gives every SM work: larger tiles issue more
   // MMAs per fragment load and read less from L2 per FLOP. The large tile
   // has no 4-byte-load variant: its 12 scalar copies per thread and stage
@@ -262,8 +292,14 @@ cudaError_t run_wgmma(const GemmProblem& p, const Choice& c, void* workspace,
   switch (c.kernel) {
     case Kernel::kWgmmaNarrow:
       return launch_wgmma_gemm<WgmmaNarrow>(q, c.splits, partials, stream);
+    case Kernel::kWgmmaSquare:
+      return launch_wgmma_gemm<WgmmaSquare>(q, c.splits, partials, stream);
     case Kernel::kWgmmaMedium:
       return launch_wgmma_gemm<WgmmaMedium>(q, c.splits, partials, stream);
+    case Kernel::kWgmmaPromotedLarge:
+      return launch_wgmma_gemm<WgmmaPromotedLarge>(q, c.splits, partials, stream);
+    case Kernel::kWgmmaPromotedMedium:
+      return launch_wgmma_gemm<WgmmaPromotedMedium>(q, c.splits, partials, stream);
     default:
       return launch_wgmma_gemm<WgmmaLarge>(q, c.splits, partials, stream);
   }
@@ -276,6 +312,8 @@ std::string wgmma_name(const GemmProblem& p, int splits) {
   std::string name = "wgmma " + to_string(Config::BM) + "x" + to_string(Config::BN) + "x" +
                      to_string(Config::BK) + " stages " + to_string(Config::kStages) +
                      " cluster " + to_string(Config::kClusterM) + "x1";
+  if (Config::kPromoteKTiles > 0)
+    name += " promoted every " + to_string(Config::kPromoteKTiles) + " k-tiles";
   if (splits > 1) name += " split-K " + to_string(splits);
   if (s.pack_a || s.pack_b)
     name += std::string(" after packing ") + (s.pack_a ? (s.pack_b ? "A and B" : "A") : "B") +
@@ -294,37 +332,25 @@ bool tf32x3_on_fma(const GemmProblem& p) {
   return choose(p, Precision::kTF32, device_info(current_device())).kernel == Kernel::kFma;
 }
 
-}  // namespace
-
-size_t gemm_workspace_bytes(const GemmProblem& p, Precision precision) {
-  if (precision == Precision::kTF32x3) {
-    if (tf32x3_on_fma(p)) return 0;
-    const Staging s = plan_staging(p, false, true);
-    return s.bytes_a + s.bytes_b +
-           gemm_workspace_bytes(staged_problem(p, s, kAlignedStandIn), Precision::kTF32);
-  }
+// Workspace, launch and name of what choose() picks for `p`; for kTF32x3,
+// `p` is the staged problem.
+size_t chosen_workspace_bytes(const GemmProblem& p, Precision precision) {
   const Choice c = choose(p, precision, device_info(current_device()));
   if (!is_wgmma(c.kernel)) return 0;
   const Staging s = plan_staging(p, /*for_wgmma=*/true, /*tf32x3=*/false);
   return s.bytes_a + s.bytes_b + partials_bytes(p, c.splits);
 }
 
-cudaError_t run_gemm(const GemmProblem& p, Precision precision, void* workspace,
-                     cudaStream_t stream) {
-  if (precision == Precision::kTF32x3) {
-    if (tf32x3_on_fma(p)) return launch_fma_gemm(p, stream);
-    const Staging s = plan_staging(p, false, true);
-    auto* ws = static_cast<uint8_t*>(workspace);
-    const cudaError_t err = launch_staging(p, s, ws, stream);
-    if (err != cudaSuccess) return err;
-    return run_gemm(staged_problem(p, s, ws), Precision::kTF32, ws + s.bytes_a + s.bytes_b,
-                    stream);
-  }
+cudaError_t run_chosen(const GemmProblem& p, Precision precision, void* workspace,
+                       cudaStream_t stream) {
   const Choice c = choose(p, precision, device_info(current_device()));
   switch (c.kernel) {
     case Kernel::kWgmmaLarge:
+    case Kernel::kWgmmaSquare:
     case Kernel::kWgmmaMedium:
     case Kernel::kWgmmaNarrow:
+    case Kernel::kWgmmaPromotedLarge:
+    case Kernel::kWgmmaPromotedMedium:
       return run_wgmma(p, c, workspace, stream);
     case Kernel::kMmaSyncLarge:
       return launch_mma_sync_width<MmaSyncLarge, true>(p, stream);
@@ -338,24 +364,27 @@ cudaError_t run_gemm(const GemmProblem& p, Precision precision, void* workspace,
   }
 }
 
-std::string describe_gemm(const GemmProblem& p, Precision precision) {
-  if (precision == Precision::kTF32x3) {
-    if (tf32x3_on_fma(p)) return "fma (3xTF32 without TF32 tensor cores: plain FP32)";
-    const Staging s = plan_staging(p, false, true);
-    return "3xTF32 (A, B split into big and small TF32 parts, 3K columns) on " +
-           describe_gemm(staged_problem(p, s, kAlignedStandIn), Precision::kTF32);
-  }
+std::string describe_chosen(const GemmProblem& p, Precision precision) {
   const Choice c = choose(p, precision, device_info(current_device()));
   std::string name;
   switch (c.kernel) {
     case Kernel::kWgmmaLarge:
       name = wgmma_name<WgmmaLarge>(p, c.splits);
       break;
+    case Kernel::kWgmmaSquare:
+      name = wgmma_name<WgmmaSquare>(p, c.splits);
+      break;
     case Kernel::kWgmmaMedium:
       name = wgmma_name<WgmmaMedium>(p, c.splits);
       break;
     case Kernel::kWgmmaNarrow:
       name = wgmma_name<WgmmaNarrow>(p, c.splits);
+      break;
+    case Kernel::kWgmmaPromotedLarge:
+      name = wgmma_name<WgmmaPromotedLarge>(p, c.splits);
+      break;
+    case Kernel::kWgmmaPromotedMedium:
+      name = wgmma_name<WgmmaPromotedMedium>(p, c.splits);
       break;
     case Kernel::kMmaSyncLarge:
       name = mma_sync_name<MmaSyncLarge>();
@@ -374,6 +403,41 @@ std::string describe_gemm(const GemmProblem& p, Precision precision) {
   if (c.kernel != Kernel::kFma && !is_wgmma(c.kernel))
     name += c.vec16 ? ", 16-byte loads" : ", 4-byte loads";
   return name + ")";
+}
+
+}  // namespace
+
+size_t gemm_workspace_bytes(const GemmProblem& p, Precision precision) {
+  if (precision == Precision::kTF32x3) {
+    if (tf32x3_on_fma(p)) return 0;
+    const Staging s = plan_staging(p, false, true);
+    return s.bytes_a + s.bytes_b +
+           chosen_workspace_bytes(staged_problem(p, s, kAlignedStandIn), precision);
+  }
+  return chosen_workspace_bytes(p, precision);
+}
+
+cudaError_t run_gemm(const GemmProblem& p, Precision precision, void* workspace,
+                     cudaStream_t stream) {
+  if (precision == Precision::kTF32x3) {
+    if (tf32x3_on_fma(p)) return launch_fma_gemm(p, stream);
+    const Staging s = plan_staging(p, false, true);
+    auto* ws = static_cast<uint8_t*>(workspace);
+    const cudaError_t err = launch_staging(p, s, ws, stream);
+    if (err != cudaSuccess) return err;
+    return run_chosen(staged_problem(p, s, ws), precision, ws + s.bytes_a + s.bytes_b, stream);
+  }
+  return run_chosen(p, precision, workspace, stream);
+}
+
+std::string describe_gemm(const GemmProblem& p, Precision precision) {
+  if (precision == Precision::kTF32x3) {
+    if (tf32x3_on_fma(p)) return "fma (3xTF32 without TF32 tensor cores: plain FP32)";
+    const Staging s = plan_staging(p, false, true);
+    return "3xTF32 (A, B split into big and small TF32 parts, 3K columns) on " +
+           describe_chosen(staged_problem(p, s, kAlignedStandIn), precision);
+  }
+  return describe_chosen(p, precision);
 }
 
 }  // namespace pygpukit

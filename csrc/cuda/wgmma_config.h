@@ -16,9 +16,19 @@ namespace pygpukit {
 // 1 / kClusterM of it and multicasts that part to all, which cuts the L2->SM
 // traffic per FLOP (what limits a TF32 GEMM, whose operands are twice the
 // bytes of BF16 ones at half the FLOP rate).
-template <int BM_, int BN_, int kStages_, int kClusterM_>
+//
+// kPromoteKTiles > 0: the tensor cores' FP32 accumulation is not rounded to
+// nearest, and its error grows about linearly with the length of one
+// accumulation chain (H200, inputs exact in TF32: 3.3e-7 relative after 128
+// products, 1.2e-6 after 512, 9.6e-6 after 4096; cuBLAS FP32 2.9e-7). Such
+// configurations start a fresh wgmma accumulation every kPromoteKTiles
+// k-tiles and add it into a second set of FP32 registers with ordinary
+// (round-to-nearest) adds, as 3xTF32 needs to beat FP32 accuracy. The second
+// set doubles the accumulator registers, hence a 64 x 128 tile per warpgroup.
+template <int BM_, int BN_, int kStages_, int kClusterM_, int kPromoteKTiles_ = 0>
 struct WgmmaConfig {
   static constexpr int BM = BM_, BN = BN_, kClusterM = kClusterM_;
+  static constexpr int kPromoteKTiles = kPromoteKTiles_;
   // One 128-byte swizzle atom of TF32 along K: the widest box a
   // CU_TENSOR_MAP_SWIZZLE_128B copy may have.
   static constexpr int BK = 32;
@@ -37,7 +47,9 @@ struct WgmmaConfig {
   // Tiles, epilogue buffers and full/empty mbarriers, plus slack to align
   // the tiles to the 1024 bytes that the 128-byte swizzle pattern repeats over.
   static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + 2 * kStages * 8 + 1024;
-  static_assert(BM % 64 == 0 && BN == 256, "the consumer issues wgmma.m64n256k8");
+  static_assert(BM % 64 == 0 && (BN == 256 || BN == 128), "the consumer issues wgmma.m64n{BN}k8");
+  static_assert(kPromoteKTiles == 0 || BN == 128,
+                "two sets of 64 x 256 accumulators do not fit a thread's registers");
   static_assert(kStageBytesA % 1024 == 0 && (BN / kClusterM) % 8 == 0,
                 "every tile and multicast slice must start 1024-byte aligned");
 
@@ -61,6 +73,16 @@ using WgmmaMedium = WgmmaConfig<128, 256, 4, 1>;
 // 64x256x32, one consumer warpgroup, 5 stages of 40 KB: for M <= 64 (decode),
 // where a taller tile only multiplies zero rows.
 using WgmmaNarrow = WgmmaConfig<64, 256, 5, 1>;
+
+// 128x128x32, 6 stages of 32 KB, clusters of 2 along M: half the work per
+// tile, for M > 128 shapes whose 128x256 tiles leave most of a last wave
+// empty (4095x4097x4099: 544 tiles on 132 SMs = 4 full waves + 16 tiles,
+// one of which is a single column wide).
+using WgmmaSquare = WgmmaConfig<128, 128, 6, 2>;
+// 3xTF32 (precision "tf32x3"): 128x128x32 with accumulators promoted every
+// 4 k-tiles (128 of K), 6 stages of 32 KB; clusters of 2 along M for M > 128.
+using WgmmaPromotedLarge = WgmmaConfig<128, 128, 6, 2, 4>;
+using WgmmaPromotedMedium = WgmmaConfig<128, 128, 6, 1, 4>;
 
 // Runs `problem` (both operands K-major, A row-major and B column-major, and
 // tma_compatible) with configuration Config on a device of compute

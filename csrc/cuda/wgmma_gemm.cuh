@@ -35,7 +35,7 @@ struct WgmmaParams {
   // broadcast over the batch.
   int batch_step_a, batch_step_b;
   // C is TMA-storable (16-byte aligned base, ldc and batch stride multiples
-  // of 4); otherwise the epilogue stores from registers.
+  // of 4); otherwise the epilogue's threads copy it out of shared memory.
   bool tma_store;
   // Split-K: K is cut into `splits` ranges of k_tiles_per_split k-tiles;
   // split s stores its partial product as batch entry s of C (then batch is
@@ -77,68 +77,75 @@ __device__ __forceinline__ WorkTile work_tile(const WgmmaParams& p, int64_t w, u
 }
 
 #if PYGPUKIT_SM90A_DEVICE
-// Epilogue through shared memory and TMA: for each 64 x 32 chunk of this
-// warpgroup's 64 x 256 accumulators, write epilogue(acc) into a buffer in
-// the 128-byte swizzled layout the C tensor map expects, then one thread
-// stores the chunk with TMA. Two buffers per warpgroup alternate, so
-// writing one overlaps the store of the other.
+// Epilogue through shared memory: for each 64 x 32 chunk of this warpgroup's
+// 64 x 256 accumulators, write epilogue(acc) into a buffer in the 128-byte
+// swizzled layout the C tensor map expects, then store the chunk to C:
+//   - with TMA (one thread) when C is TMA-storable: asynchronous, so the
+//     consumers start the next tile while the stores drain;
+//   - otherwise (C's base or ldc not 16-byte aligned, e.g. N = 4097) by the
+//     whole warpgroup, one 32-float row per warp instruction: coalesced at
+//     any alignment. Stores straight from the accumulator layout (8 rows x
+//     2 columns per instruction, split in scalars when unaligned) made the
+//     GEMM ~1.5x slower at 4095x4097x4099 on the H200.
+// Two buffers per warpgroup alternate, so writing one overlaps the store of
+// the other.
 template <class Cfg>
-__device__ __forceinline__ void store_tile_tma(const WgmmaParams& p, const CUtensorMap* map_c,
-                                               const float (&acc)[128], uint8_t* buffers,
-                                               const WorkTile& tile, int c, int lane) {
+__device__ __forceinline__ void store_tile(const WgmmaParams& p, const CUtensorMap* map_c,
+                                           const float (&acc)[Cfg::BN / 2], uint8_t* buffers,
+                                           const WorkTile& tile, int c, int lane) {
   const int warp = (threadIdx.x % 128) / 32, g = lane / 4, t = lane % 4;
   const bool leader = threadIdx.x % 128 == 0;
   const int barrier = 1 + c;  // named barrier of this warpgroup
+  // 128-byte swizzle: the 16-byte chunk index within a row XOR row % 8.
+  auto swizzled = [](int row, int col) {
+    return row * 128 + (((col / 4) ^ (row % 8)) * 16) + (col % 4) * 4;
+  };
   constexpr int kChunks = Cfg::BN / Cfg::kEpilogueCols;
+  static_assert(Cfg::kEpilogueCols == 32, "the copy-out gives each lane one column of a chunk");
 #pragma unroll
   for (int chunk = 0; chunk < kChunks; ++chunk) {
     uint8_t* const buffer = buffers + (chunk % 2) * Cfg::kEpilogueBufferBytes;
+    const int64_t n0 = tile.n0 + chunk * Cfg::kEpilogueCols;
     // The store issued from this buffer two chunks ago (possibly in the
     // previous tile) must have read it.
-    if (leader) ptx::bulk_wait_group_read<1>();
+    if (p.tma_store && leader) ptx::bulk_wait_group_read<1>();
     ptx::named_barrier_sync(barrier, 128);
 #pragma unroll
     for (int jj = 0; jj < Cfg::kEpilogueCols / 8; ++jj) {
       const int j = chunk * (Cfg::kEpilogueCols / 8) + jj;  // accumulator n8 block
       const int col = jj * 8 + 2 * t;                        // column inside the chunk
-      const int64_t gcol = tile.n0 + chunk * Cfg::kEpilogueCols + col;
+      const int64_t gcol = n0 + col;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = warp * 16 + g + 8 * h;
-        // Columns past N are clipped by the TMA store; don't read bias there.
+        // Columns past N are never stored; don't read bias there.
         const float v0 = gcol < p.N ? epilogue_value(p.epilogue, acc[4 * j + 2 * h], gcol) : 0.f;
         const float v1 =
             gcol + 1 < p.N ? epilogue_value(p.epilogue, acc[4 * j + 2 * h + 1], gcol + 1) : 0.f;
-        // 128-byte swizzle: 16-byte chunk index XOR row % 8.
-        const int offset = row * 128 + (((col / 4) ^ (row % 8)) * 16) + (col % 4) * 4;
-        *reinterpret_cast<float2*>(buffer + offset) = make_float2(v0, v1);
+        *reinterpret_cast<float2*>(buffer + swizzled(row, col)) = make_float2(v0, v1);
       }
     }
-    ptx::fence_proxy_async_smem();
-    ptx::named_barrier_sync(barrier, 128);
-    if (leader) {
-      ptx::tma_store_3d(map_c, buffer, int(tile.n0 + chunk * Cfg::kEpilogueCols),
-                        int(tile.m0 + c * 64), int(tile.batch + tile.split));
-      ptx::bulk_commit_group();
+    if (p.tma_store) {
+      ptx::fence_proxy_async_smem();
+      ptx::named_barrier_sync(barrier, 128);
+      if (leader) {
+        ptx::tma_store_3d(map_c, buffer, int(n0), int(tile.m0 + c * 64),
+                          int(tile.batch + tile.split));
+        ptx::bulk_commit_group();
+      }
+    } else {
+      ptx::named_barrier_sync(barrier, 128);
+      // The next write into this buffer is two chunks on, behind the
+      // barrier at the top of the loop: no wait needed here.
+      float* const C = p.C + tile.batch * p.batch_stride_c;
+      const int64_t gcol = n0 + lane;
+#pragma unroll 4
+      for (int r = warp * 16; r < warp * 16 + 16; ++r) {
+        const int64_t grow = tile.m0 + c * 64 + r;
+        if (grow < p.M && gcol < p.N)
+          C[grow * p.ldc + gcol] = *reinterpret_cast<const float*>(buffer + swizzled(r, lane));
+      }
     }
-  }
-}
-
-// Epilogue straight from the accumulators (layout: ptx_sm90.cuh), for a C
-// that TMA cannot store.
-template <class Cfg>
-__device__ __forceinline__ void store_tile_direct(const WgmmaParams& p, const float (&acc)[128],
-                                                  const WorkTile& tile, int c, int lane) {
-  const int warp = (threadIdx.x % 128) / 32, g = lane / 4, t = lane % 4;
-  float* const C = p.C + tile.batch * p.batch_stride_c;
-  const bool pair_stores = pair_stores_aligned(C, p.ldc);
-  const int64_t row = tile.m0 + c * 64 + warp * 16 + g;
-#pragma unroll
-  for (int j = 0; j < Cfg::BN / 8; ++j) {
-    const int64_t col = tile.n0 + j * 8 + 2 * t;
-    store_pair(p.epilogue, C, p.ldc, p.M, p.N, row, col, acc[4 * j], acc[4 * j + 1], pair_stores);
-    store_pair(p.epilogue, C, p.ldc, p.M, p.N, row + 8, col, acc[4 * j + 2], acc[4 * j + 3],
-               pair_stores);
   }
 }
 
@@ -157,43 +164,65 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
       for (uint32_t cta = 0; cta < Cfg::kClusterM; ++cta)
         ptx::mbarrier_arrive_cluster(&empty[it % Cfg::kStages], cta);
   };
-  float acc[128];
+  constexpr int kAcc = Cfg::BN / 2;  // accumulators per thread
+  constexpr int kPromote = Cfg::kPromoteKTiles;
+  float acc[kAcc];
+  float total[kAcc];  // the promoted sums (kPromote > 0 only; otherwise unused)
 #pragma unroll
-  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
   int it = 0;  // pipeline slot counter, continuous across work tiles
   const int64_t works = work_count<Cfg>(p);
   for (int64_t w = blockIdx.x / Cfg::kClusterM; w < works; w += gridDim.x / Cfg::kClusterM) {
     const WorkTile tile = work_tile<Cfg>(p, w, rank);
+    bool previous_released = true;  // the slot of k-tile kt - 1 (none before the first)
+    bool first_chunk = true;        // no promoted sum yet in this tile
     for (int kt = tile.k_begin; kt < tile.k_end; ++kt, ++it) {
       const int s = it % Cfg::kStages;
+      // Position in the promotion period. The two consumer warpgroups are
+      // half a period apart, so that one drains its MMAs for a promotion
+      // while the other's keep the tensor cores busy.
+      const int phase = kt - tile.k_begin + (kPromote > 0 ? c * (kPromote / 2) : 0);
+      // A new accumulation starts at each tile (overwriting what the last
+      // tile left) and, with promotion, at each period.
+      const bool fresh = kt == tile.k_begin || (kPromote > 0 && phase % kPromote == 0);
+      const bool promote = kPromote > 0 && ((phase + 1) % kPromote == 0 || kt + 1 == tile.k_end);
       ptx::mbarrier_wait(&full[s], (it / Cfg::kStages) & 1);
       const uint32_t a0 = ptx::smem_addr(tile_a(s)) + c * 64 * 128;
       const uint32_t b0 = ptx::smem_addr(tile_b(s));
       ptx::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < Cfg::BK / 8; ++kk) {
-        // The first k8 step of a tile overwrites what the previous tile
-        // left in the accumulators.
-        ptx::wgmma_m64n256k8_tf32(acc, ptx::smem_desc_kmajor_sw128(a0 + kk * 32),
-                                  ptx::smem_desc_kmajor_sw128(b0 + kk * 32),
-                                  kt > tile.k_begin || kk > 0);
+        ptx::wgmma_tf32<Cfg::BN>(acc, ptx::smem_desc_kmajor_sw128(a0 + kk * 32),
+                                 ptx::smem_desc_kmajor_sw128(b0 + kk * 32), !fresh || kk > 0);
       }
       ptx::wgmma_commit_group();
-      // Keep this k-tile's MMAs in flight while releasing the previous
-      // slot, whose MMAs are now complete.
-      ptx::wgmma_wait_group<1>();
-      if (kt > tile.k_begin) release(it - 1);
-    }
-    ptx::wgmma_wait_group<0>();
-    release(it - 1);
+      if (promote) {
+        // Every MMA of the period must be done before its sum is read.
+        ptx::wgmma_wait_group<0>();
+        if (!previous_released) release(it - 1);
+        release(it);
 #pragma unroll
-    for (int i = 0; i < 128; ++i) ptx::fence_operand(acc[i]);
-
-    if (p.tma_store) {
-      store_tile_tma<Cfg>(p, map_c, acc, epilogue_smem, tile, c, lane);
-    } else {
-      store_tile_direct<Cfg>(p, acc, tile, c, lane);
+        for (int i = 0; i < kAcc; ++i) {
+          ptx::fence_operand(acc[i]);
+          total[i] = first_chunk ? acc[i] : total[i] + acc[i];
+        }
+        first_chunk = false;
+        previous_released = true;
+      } else {
+        // Keep this k-tile's MMAs in flight while releasing the previous
+        // slot, whose MMAs are now complete.
+        ptx::wgmma_wait_group<1>();
+        if (!previous_released) release(it - 1);
+        previous_released = false;
+      }
     }
+    ptx::wgmma_wait_group<0>();  // unconditional: ptxas must see it before acc is read
+    if (!previous_released) release(it - 1);
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
+
+    if constexpr (kPromote > 0) store_tile<Cfg>(p, map_c, total, epilogue_smem, tile, c, lane);
+    else store_tile<Cfg>(p, map_c, acc, epilogue_smem, tile, c, lane);
   }
   // The last TMA stores must have read their shared memory before we exit.
   if (p.tma_store && threadIdx.x % 128 == 0) ptx::bulk_wait_group_all();
