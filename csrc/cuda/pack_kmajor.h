@@ -11,7 +11,8 @@ namespace pygpukit {
 // Row stride, in floats, of a packed K-major operand: K rounded up to 32, so
 // every row starts 128-byte aligned and each 128-byte TMA box row is one
 // whole L2 line (rounded up to 4 only, K = 4099 put every box row across two
-// lines; the 4095x4097x4099 GEMM on the packed operands ran ~20% slower).
+// lines: the H200 ran the 4095x4097x4099 GEMM on the packed operands in
+// 563 us instead of 518).
 __host__ __device__ inline int64_t packed_ld(int64_t K) { return (K + 31) / 32 * 32; }
 
 // What a packed row holds. kNone: the K values. The 3xTF32 splits: three
