@@ -44,7 +44,7 @@ const DeviceInfo& device_info(int device) {
 enum class Kernel {
   kWgmmaLarge, kWgmmaSquare, kWgmmaMedium, kWgmmaNarrow, kWgmmaPromotedLarge,
   kWgmmaPromotedMedium,
-  kMmaSyncLarge, kMmaSyncMedium, kMmaSyncSmall,
+  kMmaSyncLarge, kMmaSyncMedium, kMmaSyncSmall, kMmaSyncPromoted,
   kFma
 };
 
@@ -170,6 +170,11 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   // On Hopper, wgmma for everything but small problems.
   if (wgmma && forced == "auto" && p.M * p.N * p.K * p.batch >= kWgmmaMinMacs)
     return choose_wgmma(p, precision, d);
+  // 3xTF32's staged operands (row-major A, column-major B, aligned) on the
+  // mma.sync configuration that promotes its accumulators.
+  if (precision == Precision::kTF32x3 && vec16 && p.layout_a == Layout::kRowMajor &&
+      p.layout_b == Layout::kColMajor && fits<MmaSyncPromoted>(p, d))
+    return {Kernel::kMmaSyncPromoted, true};
   // The largest tile that still gives every SM work: larger tiles issue more
   // MMAs per fragment load and read less from L2 per FLOP. The large tile
   // has no 4-byte-load variant: its 12 scalar copies per thread and stage
@@ -200,7 +205,10 @@ std::string mma_sync_name() {
   using std::to_string;
   return "mma_sync " + to_string(Config::BM) + "x" + to_string(Config::BN) + "x" +
          to_string(Config::BK) + " warp " + to_string(Config::WM) + "x" + to_string(Config::WN) +
-         " stages " + to_string(Config::kStages);
+         " stages " + to_string(Config::kStages) +
+         (Config::kPromoteKTiles > 0
+              ? " promoted every " + to_string(Config::kPromoteKTiles) + " k-tiles"
+              : "");
 }
 
 const char* layout_name(Layout l) { return l == Layout::kRowMajor ? "row-major" : "column-major"; }
@@ -358,6 +366,9 @@ cudaError_t run_chosen(const GemmProblem& p, Precision precision, void* workspac
       return launch_mma_sync<MmaSyncMedium>(p, c.vec16, stream);
     case Kernel::kMmaSyncSmall:
       return launch_mma_sync<MmaSyncSmall>(p, c.vec16, stream);
+    case Kernel::kMmaSyncPromoted:
+      return launch_mma_sync_gemm<MmaSyncPromoted, Layout::kRowMajor, Layout::kColMajor, true>(
+          p, stream);
     case Kernel::kFma:
     default:
       return launch_fma_gemm(p, stream);
@@ -394,6 +405,9 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
       break;
     case Kernel::kMmaSyncSmall:
       name = mma_sync_name<MmaSyncSmall>();
+      break;
+    case Kernel::kMmaSyncPromoted:
+      name = mma_sync_name<MmaSyncPromoted>();
       break;
     case Kernel::kFma:
       name = "fma";

@@ -9,12 +9,17 @@
 namespace pygpukit {
 
 // Threadblock tile BM x BN x BK, warp tile WM x WN, kStages-deep cp.async
-// pipeline. Threads = (BM / WM) * (BN / WN) warps of 32.
-template <int BM_, int BN_, int BK_, int WM_, int WN_, int kStages_>
+// pipeline. Threads = (BM / WM) * (BN / WN) warps of 32. kPromoteKTiles > 0:
+// every that many k-tiles the accumulators are added into a second register
+// set with FP32 adds and restarted from zero, because the tensor cores'
+// accumulation is not rounded to nearest and its error grows with the chain
+// (see WgmmaConfig); 3xTF32 needs it to beat FP32 accuracy.
+template <int BM_, int BN_, int BK_, int WM_, int WN_, int kStages_, int kPromoteKTiles_ = 0>
 struct MmaSyncConfig {
   static constexpr int BM = BM_, BN = BN_, BK = BK_;
   static constexpr int WM = WM_, WN = WN_;
   static constexpr int kStages = kStages_;
+  static constexpr int kPromoteKTiles = kPromoteKTiles_;
   static constexpr int kWarpsM = BM / WM, kWarpsN = BN / WN;
   static constexpr int kThreads = kWarpsM * kWarpsN * 32;
   static constexpr int kMmaM = WM / 16, kMmaN = WN / 8;  // m16n8k8 tiles per warp
@@ -41,6 +46,10 @@ using MmaSyncMedium = MmaSyncConfig<128, 128, 32, 64, 32, 4>;
 // 64x64x32, 4 warps of 32x32, 4 stages: ~72 KB, fits the 99 KB of sm_86 /
 // sm_89 and gives 4x more threadblocks again on small problems.
 using MmaSyncSmall = MmaSyncConfig<64, 64, 32, 32, 32, 4>;
+// MmaSyncMedium promoting every 4 k-tiles (64 + 64 accumulator registers:
+// the 16-warp large tile has no room for a second set), for 3xTF32, whose
+// staged operands are always row-major A and column-major B, 16-byte aligned.
+using MmaSyncPromoted = MmaSyncConfig<128, 128, 32, 64, 32, 4, 4>;
 
 // kVec16: both operands are read with 16-byte cp.async (base pointers 16-byte
 // aligned, leading dimensions and batch strides multiples of 4 elements);

@@ -129,12 +129,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     };
 
     float acc[MI][NI][4];
+    float total[MI][NI][4];  // the promoted sums (kPromoteKTiles > 0 only)
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
       for (int j = 0; j < NI; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+        for (int e = 0; e < 4; ++e) acc[i][j][e] = total[i][j][e] = 0.0f;
 
     // The previous batch iteration may still be reading the stages.
     __syncthreads();
@@ -205,8 +206,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
           for (int j = 0; j < NI; ++j) ptx::mma_m16n8k8_tf32(acc[i][j], a[i], b[j]);
       }
+      if constexpr (Cfg::kPromoteKTiles > 0) {
+        if ((kt + 1) % Cfg::kPromoteKTiles == 0 || kt + 1 == k_tiles) {
+#pragma unroll
+          for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int j = 0; j < NI; ++j)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                total[i][j][e] += acc[i][j][e];
+                acc[i][j][e] = 0.0f;
+              }
+        }
+      }
     }
     ptx::cp_async_wait<0>();
+    const auto& result = Cfg::kPromoteKTiles > 0 ? total : acc;
 
     // Epilogue: each thread owns pairs (row, col..col+1) of C.
     float* C = p.C + batch * p.batch_stride_c;
@@ -219,8 +234,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int64_t row = m0 + warp_m0 + i * 16 + g + 8 * h;
-          store_pair(p.epilogue, C, p.ldc, p.M, p.N, row, col, acc[i][j][2 * h],
-                     acc[i][j][2 * h + 1], pair_stores);
+          store_pair(p.epilogue, C, p.ldc, p.M, p.N, row, col, result[i][j][2 * h],
+                     result[i][j][2 * h + 1], pair_stores);
         }
       }
     }
