@@ -158,9 +158,9 @@ bool skinny_preferred(const GemmProblem& p, const DeviceInfo& d) {
 // mma_sync_large, mma_sync_medium, mma_sync_small, skinny, fma. A forced
 // kernel that cannot run the problem (wgmma off Hopper, large tile with
 // unaligned operands, too little shared memory, skinny with M > 16 or an
-// operand that is not K-major and 16-byte aligned) falls back to the automatic choice
-// rather than fail; so does a name that is none of these (a typo must not
-// quietly turn the Hopper path off).
+// operand that is not K-major and 16-byte aligned) falls back to the
+// automatic choice rather than fail; so does a name that is none of these (a
+// typo must not quietly turn the Hopper path off).
 std::string forced_kernel() {
   static const std::array<const char*, 7> kForceable = {
       "wgmma", "mma_sync", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "skinny", "fma"};
