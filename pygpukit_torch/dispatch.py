@@ -5,9 +5,10 @@ GPU, the shape, the layouts and the alignment. ``PYGPUKIT_KERNEL`` in the
 environment, read on every call, overrides that choice; :func:`force_kernel`
 sets it for the duration of a ``with`` block. A forced kernel that cannot run
 a given problem (``wgmma`` off Hopper, ``mma_sync_large`` with unaligned
-operands) falls back to the automatic choice, and so does a value of
-``PYGPUKIT_KERNEL`` that is not a kernel name; :func:`pygpukit_torch.kernel_info`
-tells what a call actually runs. CPU tensors always run the CPU emulation.
+operands, ``skinny`` with more than 16 rows) falls back to the automatic
+choice, and so does a value of ``PYGPUKIT_KERNEL`` that is not a kernel name;
+:func:`pygpukit_torch.kernel_info` tells what a call actually runs. CPU
+tensors always run the CPU emulation.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Iterator
 
 from ._env import environment_variable
 
-KERNELS = ("auto", "wgmma", "mma_sync", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "fma")
+KERNELS = ("auto", "wgmma", "mma_sync", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "skinny", "fma")
 _ENV = "PYGPUKIT_KERNEL"
 
 
@@ -29,8 +30,11 @@ def force_kernel(kernel: str) -> Iterator[None]:
         kernel: one of ``pygpukit_torch.dispatch.KERNELS``. ``wgmma``: the Hopper TMA + wgmma
             kernel (sm_90a builds on compute capability 9.0). ``mma_sync``:
             the portable mma.sync kernel with its automatic tile choice;
-            ``mma_sync_large|medium|small``: one tile configuration. ``fma``:
-            the FP32 CUDA-core kernel. ``auto``: the dispatcher's choice.
+            ``mma_sync_large|medium|small``: one tile configuration.
+            ``skinny``: the decode-sized-M kernel (M <= 16, both operands
+            K-major as in ``F.linear``, 16-byte aligned; sm_80 and newer).
+            ``fma``: the FP32 CUDA-core kernel. ``auto``: the dispatcher's
+            choice.
 
     Raises:
         ValueError: an unknown kernel name.

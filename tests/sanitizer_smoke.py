@@ -13,8 +13,10 @@ import torch.nn.functional as F
 import pygpukit_torch
 
 torch.manual_seed(0)
-cases = [(1, 1, 1), (67, 45, 131), (130, 260, 37), (257, 129, 65), (3, 300, 1000)]  # the last: split-K on wgmma
-for kernel in ("wgmma", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "fma"):
+# (3, 300, 1000): split-K on wgmma. skinny runs the cases with m <= 16 where
+# both operands are K-major and 16-byte aligned (b transposed, no offset; linear_tf32).
+cases = [(1, 1, 1), (67, 45, 131), (130, 260, 37), (257, 129, 65), (3, 300, 1000), (7, 37, 1004)]
+for kernel in ("wgmma", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "skinny", "fma"):
     os.environ["PYGPUKIT_KERNEL"] = kernel
     for m, n, k in cases:
         for ta in (False, True):

@@ -10,6 +10,7 @@
 #include "gemm_problem.h"
 #include "mma_sync_config.h"
 #include "pack_kmajor.h"
+#include "skinny_gemm.h"
 #include "splitk_reduce.h"
 #include "tensor_map.h"
 #include "wgmma_config.h"
@@ -45,12 +46,13 @@ enum class Kernel {
   kWgmmaLarge, kWgmmaSquare, kWgmmaMedium, kWgmmaNarrow, kWgmmaPromotedLarge,
   kWgmmaPromotedMedium,
   kMmaSyncLarge, kMmaSyncMedium, kMmaSyncSmall, kMmaSyncPromoted,
+  kSkinny,
   kFma
 };
 
 struct Choice {
   Kernel kernel;
-  bool vec16 = false;  // 16-byte loads (mma_sync only)
+  bool vec16 = false;  // 16-byte loads (mma_sync; always for skinny)
   int splits = 1;      // split-K ranges (wgmma only)
 };
 
@@ -138,16 +140,59 @@ Choice choose_wgmma(const GemmProblem& p, Precision precision, const DeviceInfo&
   return wgmma_choice<WgmmaLarge>(Kernel::kWgmmaLarge, p, d);
 }
 
+// The problem as the skinny kernel reads it, both operands K-major: a single
+// column of B described row-major (as the adapter describes matmul's vector
+// b or a one-row weight) is column-major too when its K elements are
+// contiguous: unit stride, or just one element.
+GemmProblem kmajor_view(GemmProblem p) {
+  if (p.N == 1 && p.layout_b == Layout::kRowMajor && (p.ldb == 1 || p.K == 1)) {
+    p.layout_b = Layout::kColMajor;
+    p.ldb = 0;
+  }
+  return p;
+}
+
+// Whether the skinny kernel can run `p` (skinny_gemm.h lists what it needs).
+bool skinny_runs(const GemmProblem& p) {
+  const GemmProblem q = kmajor_view(p);
+  return q.batch == 1 && q.M <= SkinnyConfig::kMaxM && q.layout_a == Layout::kRowMajor &&
+         q.layout_b == Layout::kColMajor && aligned16(q.A, q.lda, 0) && aligned16(q.B, q.ldb, 0);
+}
+
+// The largest M the automatic choice gives the skinny kernel. Provisional
+// until measured on the H200: the kernel reads B once whatever M is, so it
+// should beat the wgmma path (64-row tiles, split-K and a reduction pass:
+// 40 us at M = 1 and 16 at 4096 x 4096, cuBLAS 24.5 us) over all its range.
+constexpr int64_t kSkinnyAutoMaxM = 16;
+static_assert(kSkinnyAutoMaxM <= SkinnyConfig::kMaxM, "the skinny kernel serves M <= kMaxM");
+
+// With fewer skinny CTAs than SMs, each CTA streams its 16 columns over the
+// whole of K alone while the wgmma path splits K over every SM. Provisional
+// estimate, not measured: a lone CTA keeps 32 KB in flight, ~32 GB/s at
+// ~1 us of latency, ~2 ns per element of K; up to this K (~16 us) that
+// still beats the wgmma path's fixed ~20 us (reduction pass, launches).
+constexpr int64_t kSkinnyUnderfilledMaxK = 8192;
+
+// Whether the automatic choice takes the skinny kernel for `p`, which it
+// can run. Off Hopper the alternative (mma.sync tiles, no split-K) has no
+// more CTAs than skinny, so skinny always.
+bool skinny_preferred(const GemmProblem& p, const DeviceInfo& d) {
+  return p.M <= kSkinnyAutoMaxM &&
+         (!wgmma_available(d) || SkinnyConfig::ctas(p.N) >= d.sm_count ||
+          p.K <= kSkinnyUnderfilledMaxK);
+}
+
 // PYGPUKIT_KERNEL forces a kernel family or configuration, for tests and
 // benchmarks: auto (default), wgmma, mma_sync (the family, automatic tile),
-// mma_sync_large, mma_sync_medium, mma_sync_small, fma. A forced kernel that
-// cannot run the problem (wgmma off Hopper, large tile with unaligned
-// operands, too little shared memory) falls back to the automatic choice
-// rather than fail; so does a name that is none of these (a typo must not
-// quietly turn the Hopper path off).
+// mma_sync_large, mma_sync_medium, mma_sync_small, skinny, fma. A forced
+// kernel that cannot run the problem (wgmma off Hopper, large tile with
+// unaligned operands, too little shared memory, skinny with M > 16 or an
+// operand that is not K-major and 16-byte aligned) falls back to the
+// automatic choice rather than fail; so does a name that is none of these (a
+// typo must not quietly turn the Hopper path off).
 std::string forced_kernel() {
-  static const std::array<const char*, 6> kForceable = {
-      "wgmma", "mma_sync", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "fma"};
+  static const std::array<const char*, 7> kForceable = {
+      "wgmma", "mma_sync", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "skinny", "fma"};
   const char* env = std::getenv("PYGPUKIT_KERNEL");
   for (const char* name : kForceable)
     if (env != nullptr && std::string(env) == name) return name;
@@ -167,6 +212,9 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   if (forced == "mma_sync_large" && vec16 && fits<MmaSyncLarge>(p, d)) return {Kernel::kMmaSyncLarge, true};
   if (forced == "mma_sync_medium" && fits<MmaSyncMedium>(p, d)) return {Kernel::kMmaSyncMedium, vec16};
   if (forced == "mma_sync_small") return {Kernel::kMmaSyncSmall, vec16};
+  // Decode-sized M on any sm_80+ GPU: B streamed once, no split-K pass.
+  if (skinny_runs(p) && (forced == "skinny" || (forced == "auto" && skinny_preferred(p, d))))
+    return {Kernel::kSkinny, true};
   // On Hopper, wgmma for everything but small problems.
   if (wgmma && forced == "auto" && p.M * p.N * p.K * p.batch >= kWgmmaMinMacs)
     return choose_wgmma(p, precision, d);
@@ -209,6 +257,14 @@ std::string mma_sync_name() {
          (Config::kPromoteKTiles > 0
               ? " promoted every " + to_string(Config::kPromoteKTiles) + " k-tiles"
               : "");
+}
+
+std::string skinny_name() {
+  using std::to_string;
+  using S = SkinnyConfig;
+  return "skinny " + to_string(S::kMaxM) + "x" + to_string(S::kBlockN) + "x" +
+         to_string(S::kBlockK) + " k-slices " + to_string(S::kSlices) + " stages " +
+         to_string(S::kStages);
 }
 
 const char* layout_name(Layout l) { return l == Layout::kRowMajor ? "row-major" : "column-major"; }
@@ -369,6 +425,8 @@ cudaError_t run_chosen(const GemmProblem& p, Precision precision, void* workspac
     case Kernel::kMmaSyncPromoted:
       return launch_mma_sync_gemm<MmaSyncPromoted, Layout::kRowMajor, Layout::kColMajor, true>(
           p, stream);
+    case Kernel::kSkinny:
+      return launch_skinny_gemm(kmajor_view(p), stream);
     case Kernel::kFma:
     default:
       return launch_fma_gemm(p, stream);
@@ -408,6 +466,9 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
       break;
     case Kernel::kMmaSyncPromoted:
       name = mma_sync_name<MmaSyncPromoted>();
+      break;
+    case Kernel::kSkinny:
+      name = skinny_name();
       break;
     case Kernel::kFma:
       name = "fma";

@@ -1,0 +1,218 @@
+// The decode-sized-M TF32 GEMM (skinny_gemm.h): mma.sync.m16n8k8 fed
+// straight from global memory, B streamed once with 16-byte loads, K split
+// over the warps of a CTA and summed in shared memory in a fixed order. See
+// "Decode-sized M: the skinny kernel" in docs/tf32_tensorcore_design.md.
+#include "skinny_gemm.h"
+
+#include "epilogue.cuh"
+#include "ptx.cuh"
+#include "tile_raster.cuh"
+
+namespace pygpukit {
+namespace {
+
+using Cfg = SkinnyConfig;
+
+// What one lane holds of one load block at k0: the 16-byte chunks h = 0, 1
+// at k = k0 + 16h + 4t (t = lane % 4) of B rows n0 + 8j + g and of A rows g,
+// g + 8 (g = lane / 4). Per B row the 4 lanes of a group cover k0 .. k0 + 31.
+struct LoadBlock {
+  uint4 b[Cfg::kMmaN][2];
+  uint4 a[2][2];
+};
+
+// The chunk of 4 floats at `p`, of which only the first `left` lie inside
+// K (the others, and all when left <= 0, are zeros). Only the last load
+// block of a row, the K tail, comes here; the scalar loads keep it from
+// reading past the end of a row whose K is not a multiple of 4.
+__device__ __forceinline__ uint4 load_tail_chunk(const float* p, int64_t left) {
+  if (left >= 4) return __ldg(reinterpret_cast<const uint4*>(p));
+  uint4 v = make_uint4(0, 0, 0, 0);
+  if (left > 0) v.x = __float_as_uint(__ldg(p));
+  if (left > 1) v.y = __float_as_uint(__ldg(p + 1));
+  if (left > 2) v.z = __float_as_uint(__ldg(p + 2));
+  return v;
+}
+
+// Loads the block at k0 into `f`. b_row and a_row point at the lane's first
+// chunk (k = 4t) of its rows, nullptr for rows past N or M, which stay zero
+// and are never read (M = 1 reads one row of A, not 16).
+//   B (the weight, read exactly once) bypasses L1, so it does not evict A.
+//   A is read with L1-allocating loads: a CTA covers the whole of K, so its
+//   A is M x K floats (256 KB at M = 16, K = 4096), too much to stage in
+//   shared memory, and with a two-n8-tile warp every CTA reads as many bytes
+//   of A as of B at M = 16; L1 serves the re-reads of the CTAs that share
+//   an SM (they walk K in step), L2 the rest, which is A's ~1 MB at most.
+template <bool kTail>
+__device__ __forceinline__ void load_block(LoadBlock& f, const float* const (&b_row)[Cfg::kMmaN],
+                                           const float* const (&a_row)[2], int64_t k0,
+                                           int64_t K, int t) {
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t k = k0 + 16 * h;           // offset from the row pointers
+    const int64_t left = K - (k + 4 * t);    // elements of this chunk inside K
+#pragma unroll
+    for (int j = 0; j < Cfg::kMmaN; ++j) {
+      if (b_row[j] == nullptr) {
+        f.b[j][h] = zero;
+      } else {
+        f.b[j][h] = kTail ? load_tail_chunk(b_row[j] + k, left)
+                          : ptx::ld_global_nc_no_allocate_16(b_row[j] + k);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (a_row[i] == nullptr) {
+        f.a[i][h] = zero;
+      } else {
+        f.a[i][h] = kTail ? load_tail_chunk(a_row[i] + k, left)
+                          : __ldg(reinterpret_cast<const uint4*>(a_row[i] + k));
+      }
+    }
+  }
+}
+
+// One load block rounded to TF32 and laid out as m16n8k8 fragments, two k8
+// steps per chunk h: a[h][e] (A rows g, g + 8) and b[j][h][e] (B row n0 +
+// 8j + g) of step e. The fragments want, per lane, A(g, t), A(g+8, t),
+// A(g, t+4), A(g+8, t+4) and B(t, g), B(t+4, g): elements 0, 1 of the lane's
+// chunk serve as k = t, t + 4 of step 0, elements 2, 3 as those of step 1.
+// One permutation of k for both operands, which the sum over k cannot see,
+// turns 16-byte chunks into fragments with no shuffles.
+struct Fragments {
+  uint32_t a[2][2][4];
+  uint32_t b[Cfg::kMmaN][2][2][2];
+};
+
+// Rounding here, once per loaded element (no element is shared between
+// lanes). Rounded into fresh registers, so that the next loads into the
+// ring slot can be issued before this block's MMAs.
+__device__ __forceinline__ Fragments to_fragments(const LoadBlock& f) {
+  using ptx::round_to_tf32;
+  Fragments r;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint4 a0 = f.a[0][h], a1 = f.a[1][h];  // rows g and g + 8
+    const uint32_t a_lo[4] = {a0.x, a1.x, a0.y, a1.y}, a_hi[4] = {a0.z, a1.z, a0.w, a1.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      r.a[h][0][i] = round_to_tf32(a_lo[i]);
+      r.a[h][1][i] = round_to_tf32(a_hi[i]);
+    }
+#pragma unroll
+    for (int j = 0; j < Cfg::kMmaN; ++j) {
+      const uint4 b = f.b[j][h];
+      r.b[j][h][0][0] = round_to_tf32(b.x);
+      r.b[j][h][0][1] = round_to_tf32(b.y);
+      r.b[j][h][1][0] = round_to_tf32(b.z);
+      r.b[j][h][1][1] = round_to_tf32(b.w);
+    }
+  }
+  return r;
+}
+
+// The four k8 steps of one block, in the same order for every block.
+__device__ __forceinline__ void mma_block(const Fragments& f, float (&acc)[Cfg::kMmaN][4]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+#pragma unroll
+      for (int j = 0; j < Cfg::kMmaN; ++j) ptx::mma_m16n8k8_tf32(acc[j], f.a[h][e], f.b[j][h][e]);
+}
+
+// Two CTAs per SM (at most 128 registers): twice the loads in flight.
+__global__ void __launch_bounds__(Cfg::kThreads, 2) skinny_gemm_kernel(const GemmProblem p) {
+  // Each K-slice's partial 16 x kBlockN sums, [slice][row][column].
+  __shared__ float partial[Cfg::kSlices][Cfg::kMaxM][Cfg::kBlockN];
+
+  const int lane = threadIdx.x % 32, slice = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;  // fragment row group / thread in group
+  const int64_t n0 = int64_t(blockIdx.x) * Cfg::kBlockN;
+
+  const float* b_row[Cfg::kMmaN];
+#pragma unroll
+  for (int j = 0; j < Cfg::kMmaN; ++j) {
+    const int64_t n = n0 + 8 * j + g;
+    b_row[j] = n < p.N ? p.B + n * p.ldb + 4 * t : nullptr;
+  }
+  const float* a_row[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int m = g + 8 * i;
+    a_row[i] = m < p.M ? p.A + m * p.lda + 4 * t : nullptr;
+  }
+
+  // This warp's K-slice, load blocks [first, last), the slices as even as
+  // the block count allows. Only the last block of K can be partial.
+  const int64_t blocks = ceil_div(p.K, Cfg::kBlockK);
+  const int64_t first = blocks * slice / Cfg::kSlices;
+  const int64_t last = blocks * (slice + 1) / Cfg::kSlices;
+  auto load = [&](LoadBlock& f, int64_t block) {
+    const int64_t k0 = block * Cfg::kBlockK;
+    if (k0 + Cfg::kBlockK <= p.K) {
+      load_block<false>(f, b_row, a_row, k0, p.K, t);
+    } else {
+      load_block<true>(f, b_row, a_row, k0, p.K, t);
+    }
+  };
+
+  float acc[Cfg::kMmaN][4] = {};
+  // A ring of kStages blocks: block i + kStages is requested as soon as
+  // block i's registers are consumed, so kStages blocks stay in flight.
+  LoadBlock ring[Cfg::kStages];
+#pragma unroll
+  for (int s = 0; s < Cfg::kStages; ++s)
+    if (first + s < last) load(ring[s], first + s);
+  for (int64_t block = first; block < last; block += Cfg::kStages) {
+#pragma unroll
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      if (block + s < last) {
+        const Fragments frag = to_fragments(ring[s]);
+        if (block + s + Cfg::kStages < last) load(ring[s], block + s + Cfg::kStages);
+        // Each block's MMAs start from zero and are added to acc with FP32
+        // adds: the tensor cores' accumulation is not rounded to nearest and
+        // its error grows with the chain (see WgmmaConfig::kPromoteKTiles),
+        // which matters for 3xTF32 and its 3K-long slices.
+        float block_sum[Cfg::kMmaN][4] = {};
+        mma_block(frag, block_sum);
+#pragma unroll
+        for (int j = 0; j < Cfg::kMmaN; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[j][e] += block_sum[j][e];
+      }
+    }
+  }
+
+  // C fragment: acc[j] = (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1) of n8 tile j.
+#pragma unroll
+  for (int j = 0; j < Cfg::kMmaN; ++j) {
+    const int col = 8 * j + 2 * t;
+    *reinterpret_cast<float2*>(&partial[slice][g][col]) = make_float2(acc[j][0], acc[j][1]);
+    *reinterpret_cast<float2*>(&partial[slice][g + 8][col]) = make_float2(acc[j][2], acc[j][3]);
+  }
+  __syncthreads();
+
+  // One thread per output element: the slices added in the order 0, 1, ...
+  // (the same every run: bitwise reproducible), then the epilogue and the
+  // only store; consecutive threads take consecutive columns.
+  for (int e = threadIdx.x; e < Cfg::kMaxM * Cfg::kBlockN; e += Cfg::kThreads) {
+    const int row = e / Cfg::kBlockN, col = e % Cfg::kBlockN;
+    const int64_t n = n0 + col;
+    if (row >= p.M || n >= p.N) continue;
+    float sum = partial[0][row][col];
+#pragma unroll
+    for (int s = 1; s < Cfg::kSlices; ++s) sum += partial[s][row][col];
+    p.C[row * p.ldc + n] = epilogue_value(p.epilogue, sum, n);
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_skinny_gemm(const GemmProblem& p, cudaStream_t stream) {
+  skinny_gemm_kernel<<<static_cast<unsigned>(Cfg::ctas(p.N)), Cfg::kThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace pygpukit

@@ -1,0 +1,47 @@
+// The decode-sized-M TF32 GEMM ("skinny"): C = epilogue(A @ B) for at most
+// 16 rows of A, both operands K-major (x @ weight.T of nn.Linear), with B
+// streamed from global memory into mma.sync fragments exactly once. Its
+// configuration and launcher; the kernel is in skinny_gemm.cu, the rule
+// that picks it in dispatch.cu.
+#pragma once
+
+#include <cstdint>
+
+#include "gemm_problem.h"
+
+namespace pygpukit {
+
+// One CTA computes all M (<= kMaxM) rows of kBlockN output columns over the
+// whole of K: its kSlices warps each sum one K-slice of those columns with
+// m16n8k8 MMAs, and the slices are added in shared memory in a fixed order.
+struct SkinnyConfig {
+  // Rows of one m16n8k8 tile: the largest M the kernel serves.
+  static constexpr int kMaxM = 16;
+  // n8 tiles per warp: every A fragment loaded feeds this many MMAs, which
+  // halves the A loads per byte of B against one n8 tile per warp.
+  static constexpr int kMmaN = 2;
+  static constexpr int kBlockN = 8 * kMmaN;  // output columns per CTA
+  // Warps per CTA, one K-slice each. 16 columns x 8 slices gives 256 CTAs
+  // of 256 threads at N = 4096: about two per SM on 132 SMs, all resident
+  // in one wave.
+  static constexpr int kSlices = 8;
+  static constexpr int kThreads = 32 * kSlices;
+  // K per load block: the 4 lanes of a B row read 2 x 16 bytes each, 128
+  // contiguous bytes, one whole cache line per row and block.
+  static constexpr int kBlockK = 32;
+  // Load blocks in flight per warp (a register ring): 2 x 4 16-byte loads
+  // of B per lane, 64 KB per SM at two CTAs, several times the bytes in
+  // flight an SM needs for its share of the HBM bandwidth.
+  static constexpr int kStages = 2;
+
+  static constexpr int64_t ctas(int64_t N) { return (N + kBlockN - 1) / kBlockN; }
+};
+
+// Requires batch == 1, 1 <= M <= SkinnyConfig::kMaxM, N, K >= 1, A row-major
+// and B column-major (layout fields are not read: A(m, k) at A[m * lda + k],
+// B(k, n) at B[n * ldb + k]), A, B 16-byte aligned and lda, ldb multiples of
+// 4. Any K (a zero-filled tail), N, ldc and epilogue. Deterministic: the
+// K-slices are always added in the same order, with no atomics.
+cudaError_t launch_skinny_gemm(const GemmProblem& problem, cudaStream_t stream);
+
+}  // namespace pygpukit

@@ -1,0 +1,118 @@
+"""The decode-sized-M kernel (csrc/cuda/skinny_gemm.cu): x[M, K] @ w[N, K].T
+for M <= 16 with both operands K-major and 16-byte aligned. Values against
+float64 with NaN-poisoned outputs over the edges of M, N and K, the fused
+epilogue of linear_tf32, its rounding, the automatic choice, 3xTF32 and
+bitwise determinism."""
+
+import pytest
+import torch
+
+import pygpukit_torch
+from pygpukit_torch import kernel_info, linear_tf32, matmul_tf32
+from conftest import (ACTIVATIONS, HAS_CUDA, assert_linear_close, assert_matmul_close, matmul_reference,
+                      poison_next_output, poisoned_matmul, rel_error)
+
+pytestmark = pytest.mark.skipif(not HAS_CUDA or torch.cuda.get_device_capability() < (8, 0),
+                                reason="needs a CUDA GPU of compute capability 8.0 or newer")
+
+DECODE_SHAPES = [(m, n, k) for m in (1, 16) for n, k in ((4096, 4096), (14336, 4096), (4096, 14336))]
+
+
+def rows(r, k):
+    """A [r, k] matrix whose rows start 16 bytes apart even for odd k: a view
+    of [r, k rounded up to 4] (contiguous when k % 4 == 0)."""
+    return torch.randn(r, (k + 3) // 4 * 4, device="cuda")[:, :k]
+
+
+def run_linear(x, w, b, activation):
+    poison_next_output((x.shape[0], w.shape[0]), "cuda")
+    return linear_tf32(x, w, b, activation)
+
+
+@pytest.mark.parametrize("k", [1, 3, 4, 5, 31, 32, 33, 1000, 4099])
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 100, 4097])
+@pytest.mark.parametrize("m", [1, 2, 3, 7, 8, 15, 16])
+def test_edges_of_m_n_k(m, n, k):
+    x, w = rows(m, k), rows(n, k)
+    with pygpukit_torch.force_kernel("skinny"):
+        assert kernel_info(x, w.mT).startswith("skinny"), kernel_info(x, w.mT)
+        out = poisoned_matmul(x, w.mT)
+    assert_matmul_close(out, x, w.mT)
+
+
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("m,n,k", [(1, 100, 33), (7, 9, 4099), (16, 4097, 1000)])
+def test_linear_epilogue(m, n, k, bias, activation):
+    x, w = rows(m, k), rows(n, k) / k ** 0.5
+    b = torch.randn(n, device="cuda") if bias else None
+    with pygpukit_torch.force_kernel("skinny"):
+        assert kernel_info(x, w.mT).startswith("skinny"), kernel_info(x, w.mT)
+        out = run_linear(x, w, b, activation)
+    assert_linear_close(out, x, w, b, activation)
+
+
+@pytest.mark.parametrize("m,n,k", DECODE_SHAPES)
+def test_chosen_for_decode_shapes(m, n, k):
+    x, w = torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda")
+    assert kernel_info(x, w.mT).startswith("skinny"), kernel_info(x, w.mT)
+    assert_matmul_close(poisoned_matmul(x, w.mT), x, w.mT)
+
+
+def round_tf32(t):
+    """t rounded to TF32 as the kernels do: to nearest, ties away from zero
+    (finite values)."""
+    return ((t.view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+@pytest.mark.parametrize("m,n,k", DECODE_SHAPES)
+def test_error_is_tf32_rounding(m, n, k):
+    """The error is that of rounding the inputs to nearest (~3e-4 on randn,
+    as cuBLAS TF32), not more: truncation would be ~2.6x larger."""
+    x, w = torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda")
+    ref = matmul_reference(x, w.mT)
+    rounded = rel_error(matmul_reference(round_tf32(x), round_tf32(w).mT), ref)
+    ours = rel_error(matmul_tf32(x, w.mT), ref)
+    assert ours <= 1.05 * rounded, (ours, rounded)
+
+
+def test_folded_batch_and_vector_x():
+    # x[2, 4, K] over one weight folds into M = 8; a 1-D x is M = 1 (leading
+    # dimension 0), which serves any K, here odd, without padding.
+    w = rows(300, 4099)
+    x3 = torch.randn(2, 4, 4100, device="cuda")[..., :4099]
+    x1 = torch.randn(4099, device="cuda")
+    for x in (x3, x1):
+        assert kernel_info(x, w.mT).startswith("skinny"), kernel_info(x, w.mT)
+        assert_matmul_close(poisoned_matmul(x, w.mT), x, w.mT)
+
+
+def test_tf32x3_runs_on_skinny():
+    x, w = torch.randn(16, 4096, device="cuda"), torch.randn(4096, 4096, device="cuda")
+    assert "on skinny" in kernel_info(x, w.mT, precision="tf32x3"), kernel_info(x, w.mT, precision="tf32x3")
+    assert_matmul_close(poisoned_matmul(x, w.mT, "tf32x3"), x, w.mT, precision="tf32x3")
+
+
+@pytest.mark.parametrize("case", ["m17", "x_offset", "w_row_major"])
+def test_forced_skinny_falls_back(case):
+    x, w = rows(16, 64), rows(40, 64)
+    b = w.mT
+    if case == "m17":
+        x = rows(17, 64)
+    elif case == "x_offset":  # base pointer 4 bytes past a 16-byte boundary
+        x = torch.randn(16 * 64 + 1, device="cuda")[1:].view(16, 64)
+    else:
+        b = w.mT.contiguous()
+    with pygpukit_torch.force_kernel("skinny"):
+        assert not kernel_info(x, b).startswith("skinny"), kernel_info(x, b)
+        out = poisoned_matmul(x, b)
+    assert_matmul_close(out, x, b)
+
+
+@pytest.mark.parametrize("m,n,k", [(16, 4096, 4096), (1, 4097, 4099)])
+def test_deterministic_over_500_calls(m, n, k):
+    x, w, b = rows(m, k), rows(n, k), torch.randn(n, device="cuda")
+    assert kernel_info(x, w.mT).startswith("skinny"), kernel_info(x, w.mT)
+    first = linear_tf32(x, w, b, "gelu")
+    for _ in range(500):
+        assert torch.equal(linear_tf32(x, w, b, "gelu"), first)
