@@ -212,11 +212,14 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   if (forced == "mma_sync_large" && vec16 && fits<MmaSyncLarge>(p, d)) return {Kernel::kMmaSyncLarge, true};
   if (forced == "mma_sync_medium" && fits<MmaSyncMedium>(p, d)) return {Kernel::kMmaSyncMedium, vec16};
   if (forced == "mma_sync_small") return {Kernel::kMmaSyncSmall, vec16};
+  if (forced == "skinny" && skinny_runs(p)) return {Kernel::kSkinny, true};
+  // From here on the automatic choice: unforced, or forced to a kernel that
+  // cannot run `p`; "mma_sync" alone keeps to the mma.sync tiles.
+  const bool automatic = forced != "mma_sync";
   // Decode-sized M on any sm_80+ GPU: B streamed once, no split-K pass.
-  if (skinny_runs(p) && (forced == "skinny" || (forced == "auto" && skinny_preferred(p, d))))
-    return {Kernel::kSkinny, true};
+  if (automatic && skinny_runs(p) && skinny_preferred(p, d)) return {Kernel::kSkinny, true};
   // On Hopper, wgmma for everything but small problems.
-  if (wgmma && forced == "auto" && p.M * p.N * p.K * p.batch >= kWgmmaMinMacs)
+  if (automatic && wgmma && p.M * p.N * p.K * p.batch >= kWgmmaMinMacs)
     return choose_wgmma(p, precision, d);
   // 3xTF32's staged operands (row-major A, column-major B, aligned) on the
   // mma.sync configuration that promotes its accumulators.
