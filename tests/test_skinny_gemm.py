@@ -87,10 +87,41 @@ def test_folded_batch_and_vector_x():
         assert_matmul_close(poisoned_matmul(x, w.mT), x, w.mT)
 
 
-def test_tf32x3_runs_on_skinny():
-    x, w = torch.randn(16, 4096, device="cuda"), torch.randn(4096, 4096, device="cuda")
-    assert "on skinny" in kernel_info(x, w.mT, precision="tf32x3"), kernel_info(x, w.mT, precision="tf32x3")
-    assert_matmul_close(poisoned_matmul(x, w.mT, "tf32x3"), x, w.mT, precision="tf32x3")
+@pytest.mark.parametrize("m,n,k", [(16, 4096, 4096), (1, 4097, 4099), (5, 300, 33)])
+def test_tf32x3_splits_in_registers(m, n, k):
+    """3xTF32 on the skinny kernel: the operands are split in registers (no
+    pack), and the error is 3xTF32's, not TF32's."""
+    x, w = rows(m, k), rows(n, k)
+    info = kernel_info(x, w.mT, precision="tf32x3")
+    assert "in registers" in info and "on skinny" in info, info
+    out = poisoned_matmul(x, w.mT, "tf32x3")
+    assert_matmul_close(out, x, w.mT, precision="tf32x3")
+    assert rel_error(out, matmul_reference(x, w.mT)) < 1e-6
+
+
+def test_tf32x3_in_registers_special_values():
+    """Inf and NaN as torch.matmul gives them (no 0 * Inf from a correction
+    term), and values near FLT_MAX stay finite (big is truncated, not rounded
+    to Inf)."""
+    x, w = rows(12, 48), rows(40, 48)
+    x[3, 5], x[10, 7], w[9, 2], w[30, 20] = float("nan"), float("inf"), float("-inf"), float("inf")
+    x[11, :], w[31, :] = 0.0, 0.0
+    x[11, 20] = float("inf")
+    w[:, 5] = 1.0  # exactly TF32: its small part is 0
+    assert "in registers" in kernel_info(x, w.mT, precision="tf32x3")
+    out, ref = matmul_tf32(x, w.mT, precision="tf32x3"), torch.matmul(x.double(), w.mT.double())
+    assert torch.equal(out.isnan(), ref.isnan())
+    assert torch.equal(out.isinf() & (out > 0), ref.isinf() & (ref > 0))
+    assert torch.equal(out.isinf() & (out < 0), ref.isinf() & (ref < 0))
+    fmax = torch.finfo(torch.float32).max
+    a, b = torch.full((4, 8), fmax, device="cuda"), torch.full((4, 8), 2.0 ** -10, device="cuda")
+    assert "in registers" in kernel_info(a, b.mT, precision="tf32x3")
+    big = matmul_tf32(a, b.mT, precision="tf32x3")
+    assert torch.isfinite(big).all()
+    torch.testing.assert_close(big.double(), matmul_reference(a, b.mT), rtol=1e-6, atol=0)
+    c = torch.tensor([[fmax, 1.0, 0.0, 0.0]], device="cuda")
+    d = torch.tensor([[0.0, 1.0, 0.0, 0.0]], device="cuda")
+    assert float(matmul_tf32(c, d.mT, precision="tf32x3")) == 1.0
 
 
 @pytest.mark.parametrize("case", ["m17", "x_offset", "w_row_major"])

@@ -399,6 +399,12 @@ bool tf32x3_on_fma(const GemmProblem& p) {
   return choose(p, Precision::kTF32, device_info(current_device())).kernel == Kernel::kFma;
 }
 
+// 3xTF32 on operands the skinny kernel reads in place: it splits them in
+// registers, which saves the pack (three copies of the weight per call).
+bool tf32x3_in_skinny(const GemmProblem& p) {
+  return choose(p, Precision::kTF32x3, device_info(current_device())).kernel == Kernel::kSkinny;
+}
+
 // Workspace, launch and name of what choose() picks for `p`; for kTF32x3,
 // `p` is the staged problem.
 size_t chosen_workspace_bytes(const GemmProblem& p, Precision precision) {
@@ -429,7 +435,7 @@ cudaError_t run_chosen(const GemmProblem& p, Precision precision, void* workspac
       return launch_mma_sync_gemm<MmaSyncPromoted, Layout::kRowMajor, Layout::kColMajor, true>(
           p, stream);
     case Kernel::kSkinny:
-      return launch_skinny_gemm(kmajor_view(p), stream);
+      return launch_skinny_gemm(kmajor_view(p), /*split3=*/false, stream);
     case Kernel::kFma:
     default:
       return launch_fma_gemm(p, stream);
@@ -487,7 +493,7 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
 
 size_t gemm_workspace_bytes(const GemmProblem& p, Precision precision) {
   if (precision == Precision::kTF32x3) {
-    if (tf32x3_on_fma(p)) return 0;
+    if (tf32x3_on_fma(p) || tf32x3_in_skinny(p)) return 0;
     const Staging s = plan_staging(p, false, true);
     return s.bytes_a + s.bytes_b +
            chosen_workspace_bytes(staged_problem(p, s, kAlignedStandIn), precision);
@@ -499,6 +505,7 @@ cudaError_t run_gemm(const GemmProblem& p, Precision precision, void* workspace,
                      cudaStream_t stream) {
   if (precision == Precision::kTF32x3) {
     if (tf32x3_on_fma(p)) return launch_fma_gemm(p, stream);
+    if (tf32x3_in_skinny(p)) return launch_skinny_gemm(kmajor_view(p), /*split3=*/true, stream);
     const Staging s = plan_staging(p, false, true);
     auto* ws = static_cast<uint8_t*>(workspace);
     const cudaError_t err = launch_staging(p, s, ws, stream);
@@ -511,6 +518,9 @@ cudaError_t run_gemm(const GemmProblem& p, Precision precision, void* workspace,
 std::string describe_gemm(const GemmProblem& p, Precision precision) {
   if (precision == Precision::kTF32x3) {
     if (tf32x3_on_fma(p)) return "fma (3xTF32 without TF32 tensor cores: plain FP32)";
+    if (tf32x3_in_skinny(p))
+      return "3xTF32 (A, B split into big and small TF32 parts in registers) on " +
+             describe_chosen(p, precision);
     const Staging s = plan_staging(p, false, true);
     return "3xTF32 (A, B split into big and small TF32 parts, 3K columns) on " +
            describe_chosen(staged_problem(p, s, kAlignedStandIn), precision);

@@ -3,19 +3,12 @@
 // (in each of the three segments for a 3xTF32 split).
 #include "pack_kmajor.h"
 
+#include "tf32_split.cuh"
+
 namespace pygpukit {
 namespace {
 
 constexpr int kTile = 64, kRowsPerPass = 8;
-
-// TF32 rounding to nearest, ties to even, exact in FP32 (the 13 low bits
-// cleared); a finite value that would round past FLT_MAX is truncated
-// instead, so big stays finite and small = x - big stays exact.
-__device__ __forceinline__ float tf32_round_even(float x) {
-  const uint32_t bits = __float_as_uint(x);
-  const float rounded = __uint_as_float((bits + 0xFFFu + ((bits >> 13) & 1u)) & 0xFFFFE000u);
-  return isinf(rounded) ? __uint_as_float(bits & 0xFFFFE000u) : rounded;
-}
 
 // Writes the packed form of x (one element, or three per PackSplit) at
 // column k of the row at `row`.
@@ -25,13 +18,10 @@ __device__ __forceinline__ void store_packed(float* __restrict__ row, int64_t K,
     row[k] = x;
     return;
   }
-  const bool finite = isfinite(x);
-  const float big = finite ? tf32_round_even(x) : x;
-  const float small = finite ? x - big : 0.0f;
-  const float corr = finite ? big : 0.0f;  // big, where it multiplies a small term
-  row[k] = split == PackSplit::kSmallBigBig ? small : corr;
-  row[K + k] = split == PackSplit::kSmallBigBig ? corr : small;
-  row[2 * K + k] = big;
+  const Tf32Parts x3 = tf32_split(x);
+  row[k] = split == PackSplit::kSmallBigBig ? x3.small : x3.corr;
+  row[K + k] = split == PackSplit::kSmallBigBig ? x3.corr : x3.small;
+  row[2 * K + k] = x3.big;
 }
 
 // One kTile x kTile (r, k) tile of one batch entry. Every thread issues all

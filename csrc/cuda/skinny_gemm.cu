@@ -6,6 +6,7 @@
 
 #include "epilogue.cuh"
 #include "ptx.cuh"
+#include "tf32_split.cuh"
 #include "tile_raster.cuh"
 
 namespace pygpukit {
@@ -86,10 +87,12 @@ struct Fragments {
 };
 
 // Rounding here, once per loaded element (no element is shared between
-// lanes). Rounded into fresh registers, so that the next loads into the
-// ring slot can be issued before this block's MMAs.
+// lanes). Into fresh registers, so that the next loads into the ring slot
+// can be issued before this block's MMAs. For 3xTF32 (kSplit3) the values
+// stay unrounded: mma_block splits them.
+template <bool kSplit3>
 __device__ __forceinline__ Fragments to_fragments(const LoadBlock& f) {
-  using ptx::round_to_tf32;
+  auto round_to_tf32 = [](uint32_t bits) { return kSplit3 ? bits : ptx::round_to_tf32(bits); };
   Fragments r;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -112,17 +115,49 @@ __device__ __forceinline__ Fragments to_fragments(const LoadBlock& f) {
   return r;
 }
 
-// The four k8 steps of one block, in the same order for every block.
+// The four k8 steps of one block, in the same order for every block. With
+// kSplit3 (3xTF32), each step splits its fragments (tf32_split.cuh) and runs
+// a_small*b_big + a_big*b_small + a_big*b_big, small terms first: the pack
+// that the other kernels need (three copies of W per call) is not needed.
+template <bool kSplit3>
 __device__ __forceinline__ void mma_block(const Fragments& f, float (&acc)[Cfg::kMmaN][4]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
-    for (int e = 0; e < 2; ++e)
+    for (int e = 0; e < 2; ++e) {
+      if constexpr (kSplit3) {
+        uint32_t a_big[4], a_small[4], a_corr[4];
 #pragma unroll
-      for (int j = 0; j < Cfg::kMmaN; ++j) ptx::mma_m16n8k8_tf32(acc[j], f.a[h][e], f.b[j][h][e]);
+        for (int i = 0; i < 4; ++i) {
+          const Tf32Parts x = tf32_split(__uint_as_float(f.a[h][e][i]));
+          a_big[i] = __float_as_uint(x.big);
+          a_small[i] = ptx::round_to_tf32(__float_as_uint(x.small));
+          a_corr[i] = __float_as_uint(x.corr);
+        }
+#pragma unroll
+        for (int j = 0; j < Cfg::kMmaN; ++j) {
+          uint32_t b_big[2], b_small[2], b_corr[2];
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            const Tf32Parts x = tf32_split(__uint_as_float(f.b[j][h][e][i]));
+            b_big[i] = __float_as_uint(x.big);
+            b_small[i] = ptx::round_to_tf32(__float_as_uint(x.small));
+            b_corr[i] = __float_as_uint(x.corr);
+          }
+          ptx::mma_m16n8k8_tf32(acc[j], a_small, b_corr);
+          ptx::mma_m16n8k8_tf32(acc[j], a_corr, b_small);
+          ptx::mma_m16n8k8_tf32(acc[j], a_big, b_big);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < Cfg::kMmaN; ++j)
+          ptx::mma_m16n8k8_tf32(acc[j], f.a[h][e], f.b[j][h][e]);
+      }
+    }
 }
 
 // Two CTAs per SM (at most 128 registers): twice the loads in flight.
+template <bool kSplit3>
 __global__ void __launch_bounds__(Cfg::kThreads, 2) skinny_gemm_kernel(const GemmProblem p) {
   // Each K-slice's partial 16 x kBlockN sums, [slice][row][column].
   __shared__ float partial[Cfg::kSlices][Cfg::kMaxM][Cfg::kBlockN];
@@ -169,14 +204,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) skinny_gemm_kernel(const Gem
 #pragma unroll
     for (int s = 0; s < Cfg::kStages; ++s) {
       if (block + s < last) {
-        const Fragments frag = to_fragments(ring[s]);
+        const Fragments frag = to_fragments<kSplit3>(ring[s]);
         if (block + s + Cfg::kStages < last) load(ring[s], block + s + Cfg::kStages);
         // Each block's MMAs start from zero and are added to acc with FP32
         // adds: the tensor cores' accumulation is not rounded to nearest and
         // its error grows with the chain (see WgmmaConfig::kPromoteKTiles),
         // which matters for 3xTF32 and its 3K-long slices.
         float block_sum[Cfg::kMmaN][4] = {};
-        mma_block(frag, block_sum);
+        mma_block<kSplit3>(frag, block_sum);
 #pragma unroll
         for (int j = 0; j < Cfg::kMmaN; ++j)
 #pragma unroll
@@ -210,8 +245,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) skinny_gemm_kernel(const Gem
 
 }  // namespace
 
-cudaError_t launch_skinny_gemm(const GemmProblem& p, cudaStream_t stream) {
-  skinny_gemm_kernel<<<static_cast<unsigned>(Cfg::ctas(p.N)), Cfg::kThreads, 0, stream>>>(p);
+cudaError_t launch_skinny_gemm(const GemmProblem& p, bool split3, cudaStream_t stream) {
+  const unsigned grid = static_cast<unsigned>(Cfg::ctas(p.N));
+  if (split3) {
+    skinny_gemm_kernel<true><<<grid, Cfg::kThreads, 0, stream>>>(p);
+  } else {
+    skinny_gemm_kernel<false><<<grid, Cfg::kThreads, 0, stream>>>(p);
+  }
   return cudaGetLastError();
 }
 

@@ -41,7 +41,9 @@ struct SkinnyConfig {
 // and B column-major (layout fields are not read: A(m, k) at A[m * lda + k],
 // B(k, n) at B[n * ldb + k]), A, B 16-byte aligned and lda, ldb multiples of
 // 4. Any K (a zero-filled tail), N, ldc and epilogue. Deterministic: the
-// K-slices are always added in the same order, with no atomics.
-cudaError_t launch_skinny_gemm(const GemmProblem& problem, cudaStream_t stream);
+// K-slices are always added in the same order, with no atomics. split3:
+// 3xTF32, each operand split into big and small TF32 parts in registers
+// (tf32_split.cuh) and three MMAs per k8 step, from the unsplit operands.
+cudaError_t launch_skinny_gemm(const GemmProblem& problem, bool split3, cudaStream_t stream);
 
 }  // namespace pygpukit

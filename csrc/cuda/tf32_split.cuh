@@ -1,0 +1,31 @@
+// The 3xTF32 split of one FP32 value, shared by the pack kernel (which writes
+// the parts to memory) and the skinny kernel (which splits in registers).
+#pragma once
+
+#include <cstdint>
+
+namespace pygpukit {
+
+// x = big + small, big = tf32(x) rounded to nearest (ties to even), exact in
+// FP32, so small = x - big is exact too. `corr` is what multiplies the other
+// operand's small part: big for a finite x, 0 for Inf or NaN, whose small
+// part is 0 as well, so that Inf and NaN enter only big * big (0 * Inf in a
+// correction term would be NaN where torch.matmul gives Inf). A finite value
+// that would round past FLT_MAX is truncated instead, so big stays finite.
+struct Tf32Parts {
+  float big, small, corr;
+};
+
+__device__ __forceinline__ float tf32_round_even(float x) {
+  const uint32_t bits = __float_as_uint(x);
+  const float rounded = __uint_as_float((bits + 0xFFFu + ((bits >> 13) & 1u)) & 0xFFFFE000u);
+  return isinf(rounded) ? __uint_as_float(bits & 0xFFFFE000u) : rounded;
+}
+
+__device__ __forceinline__ Tf32Parts tf32_split(float x) {
+  if (!isfinite(x)) return {x, 0.0f, 0.0f};
+  const float big = tf32_round_even(x);
+  return {big, x - big, big};
+}
+
+}  // namespace pygpukit
