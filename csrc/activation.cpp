@@ -22,9 +22,12 @@ constexpr std::array<std::pair<const char*, Activation>, 5> kActivations = {{
 }  // namespace
 
 Activation parse_activation(c10::string_view name, const char* op) {
-  std::string valid;
   for (const auto& [known, act] : kActivations) {
     if (name == known) return act;
+  }
+  // Built only for the error: every call parses its activation.
+  std::string valid;
+  for (const auto& [known, act] : kActivations) {
     valid += (valid.empty() ? "'" : ", '") + std::string(known) + "'";
   }
   TORCH_CHECK_VALUE(false, op, ": unknown activation '", std::string(name.data(), name.size()),

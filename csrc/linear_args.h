@@ -4,8 +4,8 @@
 
 #include <cstdint>
 #include <optional>
-#include <vector>
 
+#include <ATen/core/DimVector.h>
 #include <ATen/core/Tensor.h>
 
 namespace pygpukit {
@@ -13,7 +13,7 @@ namespace pygpukit {
 // x[*lead, K] @ weight[N, K]ᵀ, flattened to M = prod(lead) rows.
 struct LinearShapes {
   int64_t M = 1, N = 0, K = 0;
-  std::vector<int64_t> out;  // sizes of the (contiguous) result: [*lead, N]
+  at::DimVector out;  // sizes of the (contiguous) result: [*lead, N]; inline, no heap
 };
 
 // Throws c10::Error (RuntimeError in Python) naming the problem: a 0-D x, a

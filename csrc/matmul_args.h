@@ -4,8 +4,8 @@
 
 #include <cstdint>
 #include <optional>
-#include <vector>
 
+#include <ATen/core/DimVector.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/string_view.h>
 
@@ -16,10 +16,11 @@ namespace pygpukit {
 // Shapes of a @ b under torch.matmul's rules: a 1-D a is a row vector [1, K]
 // and a 1-D b a column vector [K, 1] (that dimension is dropped from the
 // output), and the batch dimensions (all but the last two) broadcast.
+// DimVectors hold up to 5 sizes inline: no heap allocation per call.
 struct MatmulShapes {
-  std::vector<int64_t> batch;  // broadcast batch shape
+  at::DimVector batch;  // broadcast batch shape
   int64_t M = 1, N = 1, K = 0;
-  std::vector<int64_t> out;  // sizes of the (contiguous) result
+  at::DimVector out;  // sizes of the (contiguous) result
 };
 
 // Throws c10::Error (RuntimeError in Python) naming the problem: a 0-D

@@ -1,9 +1,10 @@
-"""Python side of the pygpukit operators: typed wrappers, fake (meta)
-implementations for torch.compile, and autograd formulas.
+"""Python side of the pygpukit operators: typed wrappers and the fake (meta)
+implementations torch.compile traces with.
 
-The schemas and kernels are C++ (csrc/matmul_tf32.cpp for the schema and the
-CPU kernel, csrc/cuda/ for the CUDA kernel); this file only adds what PyTorch
-wants in Python.
+The schemas, kernels and autograd formulas are C++ (csrc/matmul_tf32.cpp and
+csrc/linear_tf32.cpp for the schemas and the CPU kernels, csrc/cuda/ for the
+CUDA kernels, csrc/autograd.cpp for the derivatives); this file only adds what
+PyTorch wants in Python.
 """
 
 from __future__ import annotations
@@ -47,6 +48,13 @@ def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
             ``"tf32"``. PyTorch's own TF32 settings are not consulted.
             On the CPU every precision is emulated: inputs rounded (ties to
             even) or split the same way, products accumulated in float64.
+
+    Differentiable (csrc/autograd.cpp): ``grad_a = grad @ bᵀ`` and ``grad_b =
+    aᵀ @ grad`` are matmul_tf32 products at the same ``precision``, with the
+    transposes read in place and broadcast batch dimensions summed back;
+    ``a`` is saved only if ``b`` needs a gradient and vice versa. Outside grad
+    mode, or when no input requires grad, nothing is saved and no graph node
+    is made.
 
     Raises:
         RuntimeError: 0-D operands, a dtype other than float32, operands on
@@ -100,46 +108,6 @@ def _(a, b, *, precision=None):
     return a.new_empty(_matmul_shape(a, b))
 
 
-def _setup_context(ctx, inputs, keyword_only_inputs, output):
-    a, b = inputs
-    # grad_a needs only b and grad_b only a: save no more than asked for.
-    ctx.save_for_backward(a if ctx.needs_input_grad[1] else None,
-                          b if ctx.needs_input_grad[0] else None)
-    ctx.a_shape, ctx.b_shape = a.shape, b.shape
-    ctx.precision = keyword_only_inputs.get("precision")
-
-
-def _backward(ctx, grad):
-    """grad_a = grad @ bᵀ, grad_b = aᵀ @ grad, on the same op and precision.
-
-    1-D operands are promoted to matrices the way torch.matmul does, the
-    transposes are views (read in place as column-major), and broadcast batch
-    dimensions are summed back to each input's shape.
-    """
-    a, b = ctx.saved_tensors
-    a_shape, b_shape = ctx.a_shape, ctx.b_shape
-    g = grad
-    if len(b_shape) == 1:
-        g = g.unsqueeze(-1)
-    if len(a_shape) == 1:
-        g = g.unsqueeze(-2)
-    grad_a = grad_b = None
-    if ctx.needs_input_grad[0]:
-        b2 = b.unsqueeze(-1) if b.dim() == 1 else b
-        ga = matmul_tf32(g, b2.mT, precision=ctx.precision)
-        a2_shape = (1,) + tuple(a_shape) if len(a_shape) == 1 else tuple(a_shape)
-        grad_a = ga.sum_to_size(a2_shape).reshape(a_shape)
-    if ctx.needs_input_grad[1]:
-        a2 = a.unsqueeze(0) if a.dim() == 1 else a
-        gb = matmul_tf32(a2.mT, g, precision=ctx.precision)
-        b2_shape = tuple(b_shape) + (1,) if len(b_shape) == 1 else tuple(b_shape)
-        grad_b = gb.sum_to_size(b2_shape).reshape(b_shape)
-    return grad_a, grad_b
-
-
-torch.library.register_autograd("pygpukit::matmul_tf32", _backward, setup_context=_setup_context)
-
-
 def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
                 activation: str = "none", *, precision: Optional[str] = None) -> torch.Tensor:
     """``act(x @ weight.T + bias)``, :func:`torch.nn.functional.linear` plus an
@@ -162,6 +130,13 @@ def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
 
     Returns:
         A new contiguous float32 tensor ``[..., out_features]`` on x's device.
+
+    Differentiable in x, weight and bias (csrc/autograd.cpp), the backward
+    products on matmul_tf32 at the same ``precision``. For GELU/SiLU the
+    backward recomputes the pre-activation with one more linear_tf32 instead
+    of storing it (double backward works); ReLU's derivative comes from the
+    output. Outside grad mode, or when no input requires grad, nothing is
+    saved and no graph node is made.
 
     Raises:
         RuntimeError: a 0-D x, a weight that is not 2-D, a bias that is not
@@ -195,64 +170,3 @@ def _(x, weight, bias=None, activation="none", *, precision=None):
                          f"{list(x.shape)} and weight has shape {list(weight.shape)}")
     # Contiguous, exactly like the CUDA and CPU kernels' results.
     return x.new_empty(tuple(x.shape[:-1]) + (weight.shape[0],))
-
-
-def _linear_setup_context(ctx, inputs, keyword_only_inputs, output):
-    x, weight, bias, activation = inputs
-    need_x, need_w = ctx.needs_input_grad[:2]
-    ctx.activation = activation
-    ctx.precision = keyword_only_inputs.get("precision")
-    ctx.has_bias = bias is not None
-    # The activation's derivative needs the pre-activation z = x @ weight.T +
-    # bias, which the op does not return. Saving it would take a second
-    # output: an extra M x N store in every forward, inference included, and
-    # M x N more activation memory per layer in training. Instead backward
-    # recomputes z with one more (non-activated) linear_tf32, like activation
-    # checkpointing; the kernels are deterministic, so it is bitwise the
-    # forward's z. ReLU needs no z: z > 0 exactly where the output is > 0.
-    recompute = activation in ("gelu", "gelu_tanh", "silu")
-    ctx.save_for_backward(x if (need_w or recompute) else None,
-                          weight if (need_x or recompute) else None,
-                          bias if recompute else None,
-                          output if activation == "relu" else None)
-
-
-def _activation_backward(ctx, grad, x, weight, bias, output):
-    """dL/dz from dL/dy for y = act(z), with ATen's own derivative formulas."""
-    act = ctx.activation
-    if act == "none":
-        return grad
-    if act == "relu":
-        return torch.ops.aten.threshold_backward(grad, output, 0)
-    z = linear_tf32(x, weight, bias, precision=ctx.precision)
-    if act == "silu":
-        # silu'(z) = s (1 + z (1 - s)), s = sigmoid(z), in differentiable ops
-        # (aten.silu_backward has no derivative of its own: double backward).
-        s = torch.sigmoid(z)
-        return grad * s * (1 + z * (1 - s))
-    return torch.ops.aten.gelu_backward(grad, z, approximate="tanh" if act == "gelu_tanh" else "none")
-
-
-def _linear_backward(ctx, grad):
-    """With g = dL/dz: grad_x = g @ weight, grad_weight = gᵀ @ x (over all
-    rows), grad_bias = g summed over rows; the products on matmul_tf32 at the
-    forward's precision, transposes read in place."""
-    x, weight, bias, output = ctx.saved_tensors
-    g = _activation_backward(ctx, grad, x, weight, bias, output)
-    # The dispatcher drops arguments equal to their defaults (bias=None), so
-    # needs_input_grad can be shorter than the schema's argument list.
-    need_x, need_w, need_b = (tuple(ctx.needs_input_grad) + (False,) * 3)[:3]
-    grad_x = matmul_tf32(g, weight, precision=ctx.precision) if need_x else None
-    g2 = _rows(g)
-    grad_w = matmul_tf32(g2.mT, _rows(x), precision=ctx.precision) if need_w else None
-    grad_b = g2.sum(0) if (need_b and ctx.has_bias) else None
-    return grad_x, grad_w, grad_b, None
-
-
-def _rows(t: torch.Tensor) -> torch.Tensor:
-    """t[..., C] as a matrix [rows, C] (a 1-D t is one row); unlike
-    reshape(-1, C) it also works when C or a leading dimension is 0."""
-    return t.unsqueeze(0) if t.dim() == 1 else t.flatten(0, -2)
-
-
-torch.library.register_autograd("pygpukit::linear_tf32", _linear_backward, setup_context=_linear_setup_context)

@@ -52,6 +52,19 @@ def test_only_needed_gradients(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_saves_only_what_backward_needs(device):
+    a = torch.randn(4, 5, device=device, requires_grad=True)
+    b = torch.randn(5, 3, device=device)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        matmul_tf32(a, b)
+        assert len(saved) == 1 and saved[0].data_ptr() == b.data_ptr()  # grad_a = grad @ bᵀ
+        with torch.no_grad():
+            out = matmul_tf32(a, b)
+    assert len(saved) == 1 and out.grad_fn is None and not out.requires_grad
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("requires_grad", [False, True])
 def test_opcheck(device, requires_grad):
     for a, b in sample_inputs(device, requires_grad):

@@ -34,9 +34,10 @@ at::Tensor linear_tf32_cuda(const at::Tensor& x, const at::Tensor& weight,
   }
   // reshape is a view when the leading dimensions merge (always for
   // contiguous x and for row-major views such as x[..., :K]); only other
-  // strides are copied. describe() then reads it row- or column-major. x2 is
-  // a named local: a copy must outlive the launch that reads its pointer.
-  const at::Tensor x2 = x.reshape({s.M, s.K});
+  // strides are copied. A 2-D x is already [M, K]: no view to make.
+  // describe() then reads it row- or column-major. x2 is a named local: a
+  // copy must outlive the launch that reads its pointer.
+  const at::Tensor x2 = x.dim() == 2 ? x : x.reshape({s.M, s.K});
   const Operand A = describe(x2);
   const Operand B = describe(weight.t());
   // The epilogue reads bias[col]: it must be dense (a strided view is copied;

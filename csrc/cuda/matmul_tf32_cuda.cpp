@@ -13,9 +13,13 @@
 namespace pygpukit {
 namespace {
 
-at::Tensor expand_matrix(const at::Tensor& x, const std::vector<int64_t>& batch, int64_t R,
-                         int64_t C) {
-  std::vector<int64_t> sizes = batch;
+// x[..., R, C] broadcast to [*batch, R, C]. x itself when its batch
+// dimensions already are `batch` (every 2-D operand, every unbroadcast
+// batch): expand would only make an identical view, a dispatcher call and a
+// tensor allocation per operand and call.
+at::Tensor expand_matrix(const at::Tensor& x, c10::IntArrayRef batch, int64_t R, int64_t C) {
+  if (x.sizes().slice(0, x.dim() - 2) == batch) return x;
+  at::DimVector sizes(batch.begin(), batch.end());
   sizes.push_back(R);
   sizes.push_back(C);
   return x.expand(sizes);
