@@ -199,7 +199,8 @@ std::string forced_kernel() {
   return "auto";
 }
 
-// For kTF32x3, `p` is the staged problem (3K columns of big and small parts).
+// For kTF32x3, `p` is the staged problem (3K columns of big and small parts),
+// except in tf32x3_in_skinny, which asks about the unsplit operands.
 Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   // mma.sync TF32 needs sm_80; FP32 precision never uses tensor cores.
   if (precision == Precision::kIEEE || d.cc_major < 8) return {Kernel::kFma};
