@@ -186,9 +186,20 @@ struct LinearTF32 : public torch::autograd::Function<LinearTF32> {
   }
 };
 
+// Forward-mode AD has no formula here. A tangent on an input must raise, not
+// be dropped: dropped, torch.func.jacfwd returned an all-zero Jacobian.
+// (Level 0 is the one ATen's own kernels check, isFwGradDefined.)
+void check_no_tangent(const char* op, std::initializer_list<const at::Tensor*> inputs) {
+  for (const at::Tensor* t : inputs)
+    TORCH_CHECK_NOT_IMPLEMENTED(!(t->defined() && t->_fw_grad(/*level=*/0).defined()), op,
+                                ": forward-mode AD (torch.func.jvp, jacfwd, "
+                                "torch.autograd.forward_ad) is not implemented");
+}
+
 // Outside grad mode, or when no input requires grad, no graph is recorded
 // and nothing is saved: straight to the kernel below autograd.
 at::Tensor matmul_tf32_autograd(const at::Tensor& a, const at::Tensor& b, PrecisionArg precision) {
+  check_no_tangent("matmul_tf32", {&a, &b});
   if (torch::autograd::compute_requires_grad(a, b)) return MatmulTF32::apply(a, b, precision);
   return call_below_autograd(matmul_tf32_op(), a, b, precision);
 }
@@ -196,6 +207,8 @@ at::Tensor matmul_tf32_autograd(const at::Tensor& a, const at::Tensor& b, Precis
 at::Tensor linear_tf32_autograd(const at::Tensor& x, const at::Tensor& weight,
                                 const std::optional<at::Tensor>& bias, c10::string_view activation,
                                 PrecisionArg precision) {
+  const at::Tensor none;
+  check_no_tangent("linear_tf32", {&x, &weight, bias.has_value() ? &*bias : &none});
   if (torch::autograd::compute_requires_grad(x, weight, bias))
     return LinearTF32::apply(x, weight, bias, activation, precision);
   return call_below_autograd(linear_tf32_op(), x, weight, bias, activation, precision);

@@ -149,3 +149,14 @@ def test_force_kernel_rejects_unknown_names_and_restores_the_environment():
     with pygpukit_torch.force_kernel("fma"):
         assert os.environ["PYGPUKIT_KERNEL"] == "fma"
     assert os.environ.get("PYGPUKIT_KERNEL") == before
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_forward_mode_ad_raises(device):
+    """No forward-AD formula: a tangent must raise, never be dropped (which
+    made torch.func.jacfwd return an all-zero Jacobian)."""
+    x, w = torch.randn(3, 4, device=device), torch.randn(2, 4, device=device)
+    with pytest.raises(NotImplementedError, match="matmul_tf32: forward-mode AD"):
+        torch.func.jacfwd(lambda t: pygpukit_torch.matmul_tf32(t, w.mT))(x)
+    with pytest.raises(NotImplementedError, match="linear_tf32: forward-mode AD"):
+        torch.func.jacfwd(lambda t: pygpukit_torch.linear_tf32(x, w, t))(torch.randn(2, device=device))
