@@ -162,9 +162,15 @@ class SwapReport:
         return text
 
 
+# Every per-module hook dictionary a replacement module would not carry over:
+# forward, backward and state-dict (save and load) hooks.
+_HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks",
+               "_state_dict_pre_hooks", "_state_dict_hooks", "_load_state_dict_pre_hooks",
+               "_load_state_dict_post_hooks")
+
+
 def _has_hooks(module: nn.Module) -> bool:
-    return any(getattr(module, hooks, None) for hooks in ("_forward_pre_hooks", "_forward_hooks",
-                                                          "_backward_pre_hooks", "_backward_hooks"))
+    return any(getattr(module, hooks, None) for hooks in _HOOK_DICTS)
 
 
 # Activation modules that linear_tf32's epilogue computes identically; one
@@ -187,13 +193,14 @@ def _unswappable_reason(module: nn.Linear, swap_subclasses: bool) -> Optional[st
         return "already a TF32Linear"
     if isinstance(module.weight, nn.parameter.UninitializedParameter):
         return "lazy layer not materialized yet (run one forward pass first)"
-    if type(module) is not nn.Linear and not swap_subclasses:
+    parametrized = nn.utils.parametrize.is_parametrized(module)
+    if type(module) is not nn.Linear and not swap_subclasses and not parametrized:
         return (f"subclass {type(module).__name__} of nn.Linear: its forward may differ "
                 "(swap_subclasses=True swaps it anyway)")
     extra = {name for name, _ in module.named_parameters(recurse=False)}
     extra |= {name for name, _ in module.named_buffers(recurse=False)}
     extra = sorted((extra - {"weight", "bias"}) | {name for name, _ in module.named_children()})
-    if extra or not isinstance(module.weight, nn.Parameter):
+    if extra or parametrized or not isinstance(module.weight, nn.Parameter):
         return (f"state beyond plain weight and bias Parameters ({', '.join(extra) or 'computed weight'}; "
                 "e.g. weight_norm or a parametrization)")
     if _has_hooks(module):

@@ -104,18 +104,22 @@ def test_each_skip_reason():
         "subclass": nn.modules.linear.NonDynamicallyQuantizableLinear(4, 4),
         "weight_norm": nn.utils.weight_norm(nn.Linear(4, 4)),
         "hooked": nn.Linear(4, 4),
+        "state_dict_hooked": nn.Linear(4, 4),
+        "parametrized": nn.utils.parametrizations.weight_norm(nn.Linear(4, 4)),
         "filtered": nn.Linear(4, 4),
         "small": nn.Linear(4, 4),
         "already": TF32Linear(4, 4),
     })
     model["half_bias"].bias.data = model["half_bias"].bias.data.half()
     model["hooked"].register_forward_hook(lambda m, i, o: o)
+    model["state_dict_hooked"].register_load_state_dict_post_hook(lambda m, keys: None)
     swap_linear_(model, filter_fn=lambda m, fqn: fqn != "filtered")
     reasons = dict(model.pygpukit_swap_report.skipped)
     assert model.pygpukit_swap_report.swapped == []
     expected = {"lazy": "not materialized", "meta": "meta device", "float64": "torch.float64, not float32",
                 "half_bias": "torch.float16", "subclass": "swap_subclasses=True", "weight_norm": "weight_g",
-                "hooked": "hooks", "filtered": "excluded by filter_fn", "small": "small layer",
+                "hooked": "hooks", "state_dict_hooked": "hooks",
+                "parametrized": "parametrization", "filtered": "excluded by filter_fn", "small": "small layer",
                 "already": "already a TF32Linear"}
     assert sorted(reasons) == sorted(expected)
     for fqn, words in expected.items():
