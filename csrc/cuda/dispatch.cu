@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "fma_gemm.h"
 #include "gemm_problem.h"
@@ -349,6 +350,26 @@ size_t partials_bytes(const GemmProblem& p, int splits) {
 
 // Packs what plan_staging says into `workspace`, then runs the chosen wgmma
 // configuration on the K-major operands (split-K partials after the packs).
+// f(static_cast<Config*>(nullptr)) for the WgmmaConfig of wgmma kernel `k`:
+// the one map from Kernel to configuration, for the launch and the name.
+template <class F>
+auto with_wgmma_config(Kernel k, F&& f) {
+  switch (k) {
+    case Kernel::kWgmmaNarrow:
+      return f(static_cast<WgmmaNarrow*>(nullptr));
+    case Kernel::kWgmmaSquare:
+      return f(static_cast<WgmmaSquare*>(nullptr));
+    case Kernel::kWgmmaMedium:
+      return f(static_cast<WgmmaMedium*>(nullptr));
+    case Kernel::kWgmmaPromotedLarge:
+      return f(static_cast<WgmmaPromotedLarge*>(nullptr));
+    case Kernel::kWgmmaPromotedMedium:
+      return f(static_cast<WgmmaPromotedMedium*>(nullptr));
+    default:
+      return f(static_cast<WgmmaLarge*>(nullptr));
+  }
+}
+
 cudaError_t run_wgmma(const GemmProblem& p, const Choice& c, void* workspace,
                       cudaStream_t stream) {
   const Staging s = plan_staging(p, /*for_wgmma=*/true, /*tf32x3=*/false);
@@ -357,20 +378,10 @@ cudaError_t run_wgmma(const GemmProblem& p, const Choice& c, void* workspace,
   if (err != cudaSuccess) return err;
   const GemmProblem q = staged_problem(p, s, ws);
   float* partials = reinterpret_cast<float*>(ws + s.bytes_a + s.bytes_b);
-  switch (c.kernel) {
-    case Kernel::kWgmmaNarrow:
-      return launch_wgmma_gemm<WgmmaNarrow>(q, c.splits, partials, stream);
-    case Kernel::kWgmmaSquare:
-      return launch_wgmma_gemm<WgmmaSquare>(q, c.splits, partials, stream);
-    case Kernel::kWgmmaMedium:
-      return launch_wgmma_gemm<WgmmaMedium>(q, c.splits, partials, stream);
-    case Kernel::kWgmmaPromotedLarge:
-      return launch_wgmma_gemm<WgmmaPromotedLarge>(q, c.splits, partials, stream);
-    case Kernel::kWgmmaPromotedMedium:
-      return launch_wgmma_gemm<WgmmaPromotedMedium>(q, c.splits, partials, stream);
-    default:
-      return launch_wgmma_gemm<WgmmaLarge>(q, c.splits, partials, stream);
-  }
+  return with_wgmma_config(c.kernel, [&](auto* config) {
+    return launch_wgmma_gemm<std::remove_pointer_t<decltype(config)>>(q, c.splits, partials,
+                                                                      stream);
+  });
 }
 
 template <class Config>
@@ -448,22 +459,14 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
   std::string name;
   switch (c.kernel) {
     case Kernel::kWgmmaLarge:
-      name = wgmma_name<WgmmaLarge>(p, c.splits);
-      break;
     case Kernel::kWgmmaSquare:
-      name = wgmma_name<WgmmaSquare>(p, c.splits);
-      break;
     case Kernel::kWgmmaMedium:
-      name = wgmma_name<WgmmaMedium>(p, c.splits);
-      break;
     case Kernel::kWgmmaNarrow:
-      name = wgmma_name<WgmmaNarrow>(p, c.splits);
-      break;
     case Kernel::kWgmmaPromotedLarge:
-      name = wgmma_name<WgmmaPromotedLarge>(p, c.splits);
-      break;
     case Kernel::kWgmmaPromotedMedium:
-      name = wgmma_name<WgmmaPromotedMedium>(p, c.splits);
+      name = with_wgmma_config(c.kernel, [&](auto* config) {
+        return wgmma_name<std::remove_pointer_t<decltype(config)>>(p, c.splits);
+      });
       break;
     case Kernel::kMmaSyncLarge:
       name = mma_sync_name<MmaSyncLarge>();
