@@ -38,6 +38,11 @@ for kernel in ("wgmma", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "
             out = pygpukit_torch.linear_tf32(x, w, b, act)
             ref = ref_fn(F.linear(x.double(), w.double(), b.double()))
             err = float((out.double() - ref).norm())
-            assert err <= 2e-3 * float(ref.norm()) + 1e-6, (kernel, act, m, n, k, err)  # ReLU may give all zeros
+            # Relative to the pre-activation's magnitude (|x| |w|^T + |b|): an
+            # activation can shrink the output far below its input's rounding
+            # error (ReLU to zero, GELU of a negative input), and none of these
+            # has a slope above 1.13.
+            scale = float((F.linear(x.double().abs(), w.double().abs(), b.double().abs())).norm())
+            assert err <= 2e-3 * scale, (kernel, act, m, n, k, err, scale)
 torch.cuda.synchronize()
 print("sanitizer smoke: all cases ran and matched")

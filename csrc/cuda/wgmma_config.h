@@ -67,12 +67,17 @@ struct WgmmaConfig {
 // 4 stages of 48 KB and 32 KB of epilogue buffers: 225 KB of the H200's
 // 227 KB per block; clusters of 2 along M. For M > 128.
 using WgmmaLarge = WgmmaConfig<128, 256, 4, 2>;
-// The same tile without clusters, for 64 < M <= 128, where a cluster's
-// second tile would lie entirely below M.
-using WgmmaMedium = WgmmaConfig<128, 256, 4, 1>;
-// 64x256x32, one consumer warpgroup, 5 stages of 40 KB: for M <= 64 (decode),
-// where a taller tile only multiplies zero rows.
-using WgmmaNarrow = WgmmaConfig<64, 256, 5, 1>;
+// Decode-sized M (64 < M <= 128 and M <= 64): one tile row, no clusters (a
+// cluster's second tile would lie entirely below M), and 128 columns rather
+// than 256. These problems stream B from DRAM (split-K when the tiles alone
+// leave SMs idle), and the narrower tile streams it faster: on the H200 at
+// M = 128, N = K = 4096 the 128x256 tile's best split (8) took 49.7 us in the
+// GEMM kernel, the 128x128 tile's (4) 28 us; at M = 32 the 64x256 tile 42 us,
+// the 64x128 tile 22 us (plus ~4 us for the reduction in both).
+// 128x128x32, 2 consumer warpgroups, 6 stages of 32 KB: 225 KB.
+using WgmmaMedium = WgmmaConfig<128, 128, 6, 1>;
+// 64x128x32, one consumer warpgroup, 8 stages of 24 KB: 209 KB.
+using WgmmaNarrow = WgmmaConfig<64, 128, 8, 1>;
 
 // 128x128x32, 6 stages of 32 KB, clusters of 2 along M: half the work per
 // tile, for M > 128 shapes whose 128x256 tiles leave most of a last wave
