@@ -269,7 +269,7 @@ std::string skinny_name() {
   using S = SkinnyConfig;
   return "skinny " + to_string(S::kMaxM) + "x" + to_string(S::kBlockN) + "x" +
          to_string(S::kBlockK) + " k-slices " + to_string(S::kSlices) + " stages " +
-         to_string(S::kStages);
+         to_string(S::kStagesB) + " (B in shared memory), " + to_string(S::kStages) + " (A)";
 }
 
 const char* layout_name(Layout l) { return l == Layout::kRowMajor ? "row-major" : "column-major"; }

@@ -39,20 +39,6 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// 16-byte global load of data read exactly once (a weight matrix streamed
-// by a decode GEMM): the read-only path (.nc) with L1::no_allocate (PTX ISA,
-// `ld`, eviction priority; sm_70 and newer), so the stream does not evict
-// lines that other warps reread from L1. `ptr` must be 16-byte aligned and
-// the data must not change while the kernel runs. Not volatile: a pure read
-// the compiler may schedule early, to keep more loads in flight.
-__device__ __forceinline__ uint4 ld_global_nc_no_allocate_16(const void* ptr) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(ptr));
-  return v;
-}
-
 // Four 8x8 b16 matrices = four 8-row x 16-byte blocks. For 32-bit data each
 // lane gets word (lane % 4) of row (lane / 4) of each block, which is exactly
 // the m16n8k8 TF32 fragment layout for K-major operands. Lanes 8j..8j+7 give

@@ -4,7 +4,10 @@
 // "Decode-sized M: the skinny kernel" in docs/tf32_tensorcore_design.md.
 #include "skinny_gemm.h"
 
+#include <atomic>
+
 #include "epilogue.cuh"
+#include "launch_util.h"
 #include "ptx.cuh"
 #include "tf32_split.cuh"
 #include "tile_raster.cuh"
@@ -35,43 +38,70 @@ __device__ __forceinline__ uint4 load_tail_chunk(const float* p, int64_t left) {
   return v;
 }
 
-// Loads the block at k0 into `f`. b_row and a_row point at the lane's first
-// chunk (k = 4t) of its rows, nullptr for rows past N or M, which stay zero
-// and are never read (M = 1 reads one row of A, not 16).
-//   B (the weight, read exactly once) bypasses L1, so it does not evict A.
-//   A is read with L1-allocating loads: a CTA covers the whole of K, so its
-//   A is M x K floats (256 KB at M = 16, K = 4096), too much to stage in
-//   shared memory, and with a two-n8-tile warp every CTA reads as many bytes
-//   of A as of B at M = 16; L1 serves the re-reads of the CTAs that share
-//   an SM (they walk K in step), L2 the rest, which is A's ~1 MB at most.
+// Loads the A chunks of the block at k0 into `a`. a_row points at the
+// lane's first chunk (k = 4t) of its rows, nullptr for rows past M, which
+// stay zero and are never read (M = 1 reads one row of A, not 16). A is read
+// with L1-allocating loads into a register ring: a CTA covers the whole of
+// K, so its A is M x K floats (256 KB at M = 16, K = 4096), too much to
+// stage in shared memory, and with a two-n8-tile warp every CTA reads as
+// many bytes of A as of B at M = 16; L1 serves the re-reads of the CTAs
+// that share an SM (they walk K in step), L2 the rest, which is A's ~1 MB
+// at most.
 template <bool kTail>
-__device__ __forceinline__ void load_block(LoadBlock& f, const float* const (&b_row)[Cfg::kMmaN],
-                                           const float* const (&a_row)[2], int64_t k0,
-                                           int64_t K, int t) {
-  const uint4 zero = make_uint4(0, 0, 0, 0);
+__device__ __forceinline__ void load_a_block(uint4 (&a)[2][2], const float* const (&a_row)[2],
+                                             int64_t k0, int64_t K, int t) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int64_t k = k0 + 16 * h;           // offset from the row pointers
-    const int64_t left = K - (k + 4 * t);    // elements of this chunk inside K
-#pragma unroll
-    for (int j = 0; j < Cfg::kMmaN; ++j) {
-      if (b_row[j] == nullptr) {
-        f.b[j][h] = zero;
-      } else {
-        f.b[j][h] = kTail ? load_tail_chunk(b_row[j] + k, left)
-                          : ptx::ld_global_nc_no_allocate_16(b_row[j] + k);
-      }
-    }
+    const int64_t k = k0 + 16 * h;         // offset from the row pointers
+    const int64_t left = K - (k + 4 * t);  // elements of this chunk inside K
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       if (a_row[i] == nullptr) {
-        f.a[i][h] = zero;
+        a[i][h] = make_uint4(0, 0, 0, 0);
       } else {
-        f.a[i][h] = kTail ? load_tail_chunk(a_row[i] + k, left)
-                          : __ldg(reinterpret_cast<const uint4*>(a_row[i] + k));
+        a[i][h] = kTail ? load_tail_chunk(a_row[i] + k, left)
+                        : __ldg(reinterpret_cast<const uint4*>(a_row[i] + k));
       }
     }
   }
+}
+
+// B (the weight, read exactly once) is streamed through a ring of load
+// blocks per warp in shared memory, filled by cp.async.cg (L2 only, so the
+// stream does not evict A from L1): shared memory holds more bytes in
+// flight than registers can (a two-block register ring of A and B used all
+// 128 registers that two CTAs per SM allow). A slot is private to its warp
+// and each lane reads back only the chunks it copied, so the lane's own
+// cp.async.wait_group is all the synchronization needed. Slot layout: chunk
+// c = 2j + h of every lane, [c][lane], 16 bytes each, which makes the
+// copies and the reads back conflict-free.
+constexpr int kChunksB = 2 * Cfg::kMmaN;
+static_assert(Cfg::kRingBytes == Cfg::kSlices * Cfg::kStagesB * kChunksB * 32 * 16,
+              "a slot holds kChunksB chunks of 16 bytes per lane");
+
+// Copies the B chunks of `block` into `slot` and commits one cp.async
+// group, an empty one past the last block (so a fixed wait count always
+// means "this block has landed"). Chunks past K are zero-filled; rows past
+// N (null row pointers) read nothing.
+__device__ __forceinline__ void issue_b_block(uint4* slot, const float* const (&b_row)[Cfg::kMmaN],
+                                              const float* any, int64_t block, int64_t last,
+                                              int64_t K, int t, int lane) {
+  if (block < last) {
+    const int64_t k0 = block * Cfg::kBlockK;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t left = K - (k0 + 16 * h + 4 * t);  // elements of the chunk inside K
+      const int in_k = left > 0 ? 4 * int(left < 4 ? left : 4) : 0;
+#pragma unroll
+      for (int j = 0; j < Cfg::kMmaN; ++j) {
+        const int bytes = b_row[j] != nullptr ? in_k : 0;
+        // src must be a legal address even when nothing is read.
+        ptx::cp_async_16(slot + (2 * j + h) * 32 + lane, bytes ? b_row[j] + k0 + 16 * h : any,
+                         bytes);
+      }
+    }
+  }
+  ptx::cp_async_commit();
 }
 
 // One load block rounded to TF32 and laid out as m16n8k8 fragments, two k8
@@ -156,15 +186,19 @@ __device__ __forceinline__ void mma_block(const Fragments& f, float (&acc)[Cfg::
     }
 }
 
-// Two CTAs per SM (at most 128 registers): twice the loads in flight.
+// Two CTAs per SM (at most 128 registers).
+// Two CTAs per SM (at most 128 registers).
 template <bool kSplit3>
 __global__ void __launch_bounds__(Cfg::kThreads, 2) skinny_gemm_kernel(const GemmProblem p) {
   // Each K-slice's partial 16 x kBlockN sums, [slice][row][column].
   __shared__ float partial[Cfg::kSlices][Cfg::kMaxM][Cfg::kBlockN];
+  // The B rings, Cfg::kStagesB slots per warp.
+  extern __shared__ uint4 rings[];
 
   const int lane = threadIdx.x % 32, slice = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;  // fragment row group / thread in group
   const int64_t n0 = int64_t(blockIdx.x) * Cfg::kBlockN;
+  uint4* const ring = rings + slice * Cfg::kStagesB * kChunksB * 32;
 
   const float* b_row[Cfg::kMmaN];
 #pragma unroll
@@ -184,28 +218,48 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) skinny_gemm_kernel(const Gem
   const int64_t blocks = ceil_div(p.K, Cfg::kBlockK);
   const int64_t first = blocks * slice / Cfg::kSlices;
   const int64_t last = blocks * (slice + 1) / Cfg::kSlices;
-  auto load = [&](LoadBlock& f, int64_t block) {
+  auto slot = [&](int64_t block) { return ring + (block % Cfg::kStagesB) * kChunksB * 32; };
+  auto issue_b = [&](int64_t block) {
+    issue_b_block(slot(block), b_row, p.B, block, last, p.K, t, lane);
+  };
+  auto load_a = [&](uint4 (&a)[2][2], int64_t block) {
     const int64_t k0 = block * Cfg::kBlockK;
     if (k0 + Cfg::kBlockK <= p.K) {
-      load_block<false>(f, b_row, a_row, k0, p.K, t);
+      load_a_block<false>(a, a_row, k0, p.K, t);
     } else {
-      load_block<true>(f, b_row, a_row, k0, p.K, t);
+      load_a_block<true>(a, a_row, k0, p.K, t);
     }
   };
 
   float acc[Cfg::kMmaN][4] = {};
-  // A ring of kStages blocks: block i + kStages is requested as soon as
-  // block i's registers are consumed, so kStages blocks stay in flight.
-  LoadBlock ring[Cfg::kStages];
+  // B: Cfg::kStagesB - 1 blocks requested ahead of the one being multiplied. A:
+  // a register ring of kStages blocks, block i + kStages requested as soon
+  // as block i's registers are consumed.
+#pragma unroll
+  for (int s = 0; s < Cfg::kStagesB - 1; ++s) issue_b(first + s);
+  uint4 ring_a[Cfg::kStages][2][2];
 #pragma unroll
   for (int s = 0; s < Cfg::kStages; ++s)
-    if (first + s < last) load(ring[s], first + s);
+    if (first + s < last) load_a(ring_a[s], first + s);
   for (int64_t block = first; block < last; block += Cfg::kStages) {
 #pragma unroll
     for (int s = 0; s < Cfg::kStages; ++s) {
       if (block + s < last) {
-        const Fragments frag = to_fragments<kSplit3>(ring[s]);
-        if (block + s + Cfg::kStages < last) load(ring[s], block + s + Cfg::kStages);
+        ptx::cp_async_wait<Cfg::kStagesB - 2>();  // this lane's copies of block + s landed
+        const uint4* const in = slot(block + s);
+        LoadBlock f;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+          for (int j = 0; j < Cfg::kMmaN; ++j) f.b[j][h] = in[(2 * j + h) * 32 + lane];
+#pragma unroll
+          for (int i = 0; i < 2; ++i) f.a[i][h] = ring_a[s][i][h];
+        }
+        const Fragments frag = to_fragments<kSplit3>(f);
+        // Refill the B slot read one block ago (its values are in
+        // registers) and this A ring entry.
+        issue_b(block + s + Cfg::kStagesB - 1);
+        if (block + s + Cfg::kStages < last) load_a(ring_a[s], block + s + Cfg::kStages);
         // Each block's MMAs start from zero and are added to acc with FP32
         // adds: the tensor cores' accumulation is not rounded to nearest and
         // its error grows with the chain (see WgmmaConfig::kPromoteKTiles),
@@ -246,12 +300,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) skinny_gemm_kernel(const Gem
 }  // namespace
 
 cudaError_t launch_skinny_gemm(const GemmProblem& p, bool split3, cudaStream_t stream) {
-  const unsigned grid = static_cast<unsigned>(Cfg::ctas(p.N));
-  if (split3) {
-    skinny_gemm_kernel<true><<<grid, Cfg::kThreads, 0, stream>>>(p);
-  } else {
-    skinny_gemm_kernel<false><<<grid, Cfg::kThreads, 0, stream>>>(p);
-  }
+  auto kernel = split3 ? skinny_gemm_kernel<true> : skinny_gemm_kernel<false>;
+  static std::atomic<uint64_t> smem_configured[2]{};
+  cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kRingBytes,
+                                       smem_configured[split3]);
+  if (err != cudaSuccess) return err;
+  kernel<<<unsigned(Cfg::ctas(p.N)), Cfg::kThreads, Cfg::kRingBytes, stream>>>(p);
   return cudaGetLastError();
 }
 
