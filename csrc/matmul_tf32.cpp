@@ -30,6 +30,16 @@ std::string matmul_kernel_info_cpu(const at::Tensor& a, const at::Tensor& b,
   }
 }
 
+// Meta (and fake) tensors have no data, hence no GPU or alignment to choose a
+// kernel by; the arguments are still checked, so that a bad call fails as it
+// would on real tensors.
+std::string matmul_kernel_info_meta(const at::Tensor& a, const at::Tensor& b,
+                                    std::optional<c10::string_view> precision) {
+  check_matmul_args(a, b);
+  parse_precision(precision, "matmul_tf32");
+  return "none (meta tensors: a kernel is chosen only for real CPU or CUDA tensors)";
+}
+
 }  // namespace
 
 TORCH_LIBRARY(pygpukit, m) {
@@ -46,6 +56,10 @@ TORCH_LIBRARY(pygpukit, m) {
 TORCH_LIBRARY_IMPL(pygpukit, CPU, m) {
   m.impl("matmul_tf32", &matmul_tf32_cpu);
   m.impl("matmul_kernel_info", &matmul_kernel_info_cpu);
+}
+
+TORCH_LIBRARY_IMPL(pygpukit, Meta, m) {
+  m.impl("matmul_kernel_info", &matmul_kernel_info_meta);
 }
 
 }  // namespace pygpukit

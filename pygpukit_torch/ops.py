@@ -5,6 +5,12 @@ The schemas, kernels and autograd formulas are C++ (csrc/matmul_tf32.cpp and
 csrc/linear_tf32.cpp for the schemas and the CPU kernels, csrc/cuda/ for the
 CUDA kernels, csrc/autograd.cpp for the derivatives); this file only adds what
 PyTorch wants in Python.
+
+The fake implementations make the C++ checks with the same exception types and
+messages, so a bad call on meta tensors fails as it does on real ones. While
+torch.compile traces, Dynamo reports any such error as
+``torch._dynamo.exc.TorchRuntimeError`` (a RuntimeError) quoting it, e.g.
+``got ValueError("matmul_tf32: precision must be ...")``.
 """
 
 from __future__ import annotations
@@ -69,7 +75,19 @@ def kernel_info(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
     precision=precision)`` would run for these operands, e.g. ``"wgmma
     128x256x32 stages 4 cluster 2x1 (A row-major, B column-major)"`` on an
     H100/H200, or ``"cpu (TF32 inputs rounded to nearest even, float64
-    accumulation)"`` for CPU tensors. Launches nothing."""
+    accumulation)"`` for CPU tensors. Launches nothing.
+
+    Meta tensors have no data to choose a kernel by: for them it checks the
+    arguments as :func:`matmul_tf32` does and returns ``"none (meta tensors:
+    ...)"``. A string cannot be part of a compiled graph, so inside a
+    ``torch.compile``'d function the call is a graph break (it runs eagerly
+    on the real tensors and returns the real answer), which ``fullgraph=True``
+    reports as an error (``torch._dynamo.exc.Unsupported``): call it outside
+    the compiled function.
+
+    Raises:
+        RuntimeError, ValueError: as :func:`matmul_tf32` for the same arguments.
+    """
     return torch.ops.pygpukit.matmul_kernel_info.default(a, b, precision=precision)
 
 
@@ -86,8 +104,17 @@ def _matmul_shape(a: torch.Tensor, b: torch.Tensor) -> list:
     torch._check(a.shape[-1] == k_b,
                  lambda: f"matmul_tf32: shapes cannot be multiplied: a has shape {list(a.shape)} and b has shape "
                          f"{list(b.shape)}")
-    batch = list(torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-    out = batch
+    # Broadcast the batch dimensions, aligned from the right, as check_matmul_args
+    # does (torch.broadcast_shapes' own error would name neither the op nor a and b).
+    n_batch = max(a.dim() - 2, b.dim() - 2, 0)
+    a_batch = [1] * (n_batch - max(a.dim() - 2, 0)) + list(a.shape[:-2])
+    b_batch = [1] * (n_batch - max(b.dim() - 2, 0)) + list(b.shape[:-2])
+    out = []
+    for i, (sa, sb) in enumerate(zip(a_batch, b_batch)):
+        torch._check(sa == sb or sa == 1 or sb == 1,
+                     lambda: f"matmul_tf32: batch dimensions cannot be broadcast: a has shape {list(a.shape)} and "
+                             f"b has shape {list(b.shape)} ({sa} vs {sb} at batch dimension {i})")
+        out.append(sb if sa == 1 else sa)
     if a.dim() >= 2:
         out = out + [a.shape[-2]]
     if b.dim() >= 2:
@@ -96,9 +123,11 @@ def _matmul_shape(a: torch.Tensor, b: torch.Tensor) -> list:
 
 
 def _check_precision(op: str, precision: Optional[str]) -> None:
-    """The C++ parse_precision's check, for the fake implementations."""
-    torch._check(precision is None or precision in PRECISIONS,
-                 lambda: f"{op}: precision must be 'tf32', 'tf32x3', 'ieee' or None, got {precision!r}")
+    """The C++ parse_precision's check, for the fake implementations: a
+    ValueError (torch._check_value), like its TORCH_CHECK_VALUE, so that
+    meta tensors and tracing raise what eager mode raises."""
+    torch._check_value(precision is None or precision in PRECISIONS,
+                       lambda: f"{op}: precision must be 'tf32', 'tf32x3', 'ieee' or None, got '{precision}'")
 
 
 @torch.library.register_fake("pygpukit::matmul_tf32")
@@ -150,9 +179,9 @@ def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
 @torch.library.register_fake("pygpukit::linear_tf32")
 def _(x, weight, bias=None, activation="none", *, precision=None):
     _check_precision("linear_tf32", precision)
-    torch._check(activation in ACTIVATIONS,
-                 lambda: f"linear_tf32: unknown activation {activation!r}; expected one of "
-                         + ", ".join(repr(a) for a in ACTIVATIONS))
+    torch._check_value(activation in ACTIVATIONS,
+                       lambda: f"linear_tf32: unknown activation '{activation}'; expected one of "
+                               + ", ".join(f"'{a}'" for a in ACTIVATIONS))
     tensors = [x, weight] + ([bias] if bias is not None else [])
     torch._check(x.dim() >= 1, lambda: "linear_tf32: x needs at least 1 dimension, got a 0-d tensor")
     torch._check(weight.dim() == 2,

@@ -7,12 +7,21 @@ when it runs, from the environment: ``PYGPUKIT_PRECISION`` (``tf32``,
 ``PYGPUKIT_ALLOW_TF32`` is ``0``, ``false``, ``no`` or ``off`` (any case),
 else ``tf32``. :func:`default_precision` sets ``PYGPUKIT_PRECISION``
 for the duration of a ``with`` block.
+
+A compiled graph calls the operators with ``precision=None`` too and so reads
+the environment on every run: a ``with`` block around a call of a
+``torch.compile``'d function applies to it without recompiling. Inside one it
+cannot work: Dynamo cannot trace the environment write (``os.putenv``), and
+with ``fullgraph=True`` that is an error, so :func:`default_precision` says
+so instead and points to the ``precision=`` argument.
 """
 
 from __future__ import annotations
 
 import contextlib
 from typing import Iterator
+
+import torch
 
 from ._env import environment_variable
 
@@ -31,6 +40,12 @@ def default_precision(precision: str) -> Iterator[None]:
 
     Raises:
         ValueError: an unknown precision.
+        RuntimeError: entered inside a function that ``torch.compile`` traces;
+            pass ``precision=`` to the operators there (or put the ``with``
+            block around the call of the compiled function). With
+            ``fullgraph=True`` torch reports it as
+            ``torch._dynamo.exc.Unsupported`` quoting this error; without,
+            Dynamo runs that code eagerly, where the block works.
 
     Process-wide (an environment variable, read on every call), so not meant
     for concurrent use from several threads. Backward passes run after the
@@ -39,5 +54,10 @@ def default_precision(precision: str) -> Iterator[None]:
     if precision not in PRECISIONS:
         raise ValueError(f"default_precision: unknown precision {precision!r}; expected one of "
                          f"{', '.join(PRECISIONS)}")
+    if torch.compiler.is_compiling():
+        raise RuntimeError(f"default_precision: cannot be used inside a torch.compile'd function (it sets the "
+                           f"environment variable {_ENV}, which compiled code cannot); pass "
+                           f"precision={precision!r} to the operators there, or enter the block around the "
+                           f"call of the compiled function")
     with environment_variable(_ENV, precision):
         yield

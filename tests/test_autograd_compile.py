@@ -141,6 +141,29 @@ def test_kernel_info_names_a_kernel():
         assert torch.ops.pygpukit.matmul_kernel_info(a, b).startswith("mma_sync 128x128x32")
 
 
+def test_kernel_info_on_meta_tensors():
+    a, b = torch.empty(64, 32, device="meta"), torch.empty(32, 16, device="meta")
+    assert pygpukit_torch.kernel_info(a, b).startswith("none (meta tensors")
+    with pytest.raises(ValueError, match="matmul_tf32: precision must be"):
+        pygpukit_torch.kernel_info(a, b, precision="fp16")
+    with pytest.raises(RuntimeError, match="matmul_tf32: shapes cannot be multiplied"):
+        pygpukit_torch.kernel_info(a, a)
+
+
+def test_kernel_info_under_torch_compile():
+    a, b = torch.randn(8, 4), torch.randn(4, 3)
+
+    def f(x, y):
+        return matmul_tf32(x, y), pygpukit_torch.kernel_info(x, y)
+
+    # A graph break (fullgraph first: Dynamo's cache of f's code is shared),
+    # so asked of the real tensors, not of the fake ones tracing saw.
+    with pytest.raises(RuntimeError, match="matmul_kernel_info"):
+        torch.compile(f, backend="aot_eager", fullgraph=True)(a, b)
+    _, info = torch.compile(f, backend="aot_eager")(a, b)
+    assert info == pygpukit_torch.kernel_info(a, b)
+
+
 def test_force_kernel_rejects_unknown_names_and_restores_the_environment():
     before = os.environ.get("PYGPUKIT_KERNEL")
     with pytest.raises(ValueError, match="unknown kernel 'cublas'"):

@@ -1,4 +1,7 @@
-"""Bad input gets a clear error naming the problem."""
+"""Bad input gets a clear error naming the problem, the same on meta tensors
+(the fake implementation torch.compile traces with) as on real ones."""
+
+import re
 
 import pytest
 import torch
@@ -41,18 +44,28 @@ def test_shape_mismatch_names_both_shapes(device, a_shape, b_shape):
     assert str(list(a_shape)) in str(e.value) and str(list(b_shape)) in str(e.value)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", DEVICES + ["meta"])
 def test_batch_broadcast_failure(device):
     a, b = torch.ones(2, 3, 4, 5, device=device), torch.ones(7, 5, 6, device=device)
-    with pytest.raises(RuntimeError, match="cannot be broadcast"):
+    with pytest.raises(RuntimeError, match=re.escape("matmul_tf32: batch dimensions cannot be broadcast: a has shape "
+                                                     "[2, 3, 4, 5] and b has shape [7, 5, 6] (3 vs 7 at batch "
+                                                     "dimension 1)")):
         matmul_tf32(a, b)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", DEVICES + ["meta"])
 def test_unknown_precision(device):
     a = torch.ones(2, 2, device=device)
     with pytest.raises(ValueError, match="precision must be"):
         matmul_tf32(a, a, precision="fp16")
+
+
+def test_torch_compile_quotes_the_eager_error():
+    # Dynamo turns every error of a fake implementation into a RuntimeError
+    # of its own; the one quoted must still be eager's ValueError.
+    compiled = torch.compile(lambda a: matmul_tf32(a, a, precision="fp16"), backend="aot_eager", fullgraph=True)
+    with pytest.raises(RuntimeError, match=r"ValueError.*matmul_tf32: precision must be"):
+        compiled(torch.ones(2, 2))
 
 
 @requires_cuda

