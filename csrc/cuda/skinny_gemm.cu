@@ -76,8 +76,8 @@ __device__ __forceinline__ void load_a_block(uint4 (&a)[2][2], const float* cons
 // c = 2j + h of every lane, [c][lane], 16 bytes each, which makes the
 // copies and the reads back conflict-free.
 constexpr int kChunksB = 2 * Cfg::kMmaN;
-static_assert(Cfg::kRingBytes == Cfg::kSlices * Cfg::kStagesB * kChunksB * 32 * 16,
-              "a slot holds kChunksB chunks of 16 bytes per lane");
+// Dynamic shared memory per CTA: one ring per warp.
+constexpr int kRingBytes = Cfg::kSlices * Cfg::kStagesB * kChunksB * 32 * 16;
 
 // Copies the B chunks of `block` into `slot` and commits one cp.async
 // group, an empty one past the last block (so a fixed wait count always
@@ -186,7 +186,6 @@ __device__ __forceinline__ void mma_block(const Fragments& f, float (&acc)[Cfg::
     }
 }
 
-// Two CTAs per SM (at most 128 registers).
 // Two CTAs per SM (at most 128 registers).
 template <bool kSplit3>
 __global__ void __launch_bounds__(Cfg::kThreads, 2) skinny_gemm_kernel(const GemmProblem p) {
@@ -302,10 +301,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) skinny_gemm_kernel(const Gem
 cudaError_t launch_skinny_gemm(const GemmProblem& p, bool split3, cudaStream_t stream) {
   auto kernel = split3 ? skinny_gemm_kernel<true> : skinny_gemm_kernel<false>;
   static std::atomic<uint64_t> smem_configured[2]{};
-  cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kRingBytes,
+  cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kRingBytes,
                                        smem_configured[split3]);
   if (err != cudaSuccess) return err;
-  kernel<<<unsigned(Cfg::ctas(p.N)), Cfg::kThreads, Cfg::kRingBytes, stream>>>(p);
+  kernel<<<unsigned(Cfg::ctas(p.N)), Cfg::kThreads, kRingBytes, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -39,7 +39,6 @@ struct SkinnyConfig {
   // costs 3-7% against that register ring (23.8 vs 22.7 us at 4096x4096):
   // the shared memory it takes leaves less L1 for A's re-reads.
   static constexpr int kStagesB = 4;
-  static constexpr int kRingBytes = kSlices * kStagesB * 2 * kMmaN * 32 * 16;
 
   static constexpr int64_t ctas(int64_t N) { return (N + kBlockN - 1) / kBlockN; }
 };
