@@ -1,8 +1,11 @@
-// The epilogue shared by every GEMM kernel: bias and activation applied in
-// registers to one accumulator element right before its only store to C.
+// The epilogue shared by every GEMM kernel: bias and activation applied to
+// an accumulator before its only store to C. The mma.sync, FMA and skinny
+// kernels apply them in registers (epilogue_value); the wgmma kernel in a
+// pass over its shared-memory staging buffer (with_activation).
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "gemm_problem.h"
 
@@ -25,9 +28,31 @@ __device__ __forceinline__ float apply_activation(float x, Activation act) {
   }
 }
 
+// Calls f(std::integral_constant<Activation, a>{}) for the runtime
+// activation a: a loop inside f is then compiled once per activation with
+// the branch hoisted out of it, rather than a branch per element.
+template <class F>
+__device__ __forceinline__ void with_activation(Activation act, F&& f) {
+  switch (act) {
+    case Activation::kRelu:
+      return f(std::integral_constant<Activation, Activation::kRelu>{});
+    case Activation::kGelu:
+      return f(std::integral_constant<Activation, Activation::kGelu>{});
+    case Activation::kGeluTanh:
+      return f(std::integral_constant<Activation, Activation::kGeluTanh>{});
+    case Activation::kSilu:
+      return f(std::integral_constant<Activation, Activation::kSilu>{});
+    case Activation::kNone:
+    default:
+      return f(std::integral_constant<Activation, Activation::kNone>{});
+  }
+}
+
 // Value stored at C[row, col] for accumulator `acc`. The activation is a
-// uniform runtime value (the branch costs nothing next to the mainloop), so
-// one kernel instantiation serves plain matmul and every fused linear layer.
+// uniform runtime value, so one kernel instantiation serves plain matmul and
+// every fused linear layer; the price is a branch and a copy of each
+// activation's code per inlined call (see store_tile in wgmma_gemm.cuh for
+// where that mattered).
 __device__ __forceinline__ float epilogue_value(const Epilogue& ep, float acc,
                                                 int64_t col) {
   if (ep.bias != nullptr) acc += ep.bias[col];
