@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from pygpukit_torch import linear_tf32
-from conftest import (ACTIVATIONS, DEVICES, assert_linear_close, linear_reference, poison_next_output,
+from conftest import (ACTIVATIONS, DEVICE_KERNELS, DEVICES, assert_linear_close, linear_reference, poison_next_output,
                       rel_error, requires_cuda)
 
 ACTS = list(ACTIVATIONS)
@@ -111,6 +111,23 @@ def test_nan_propagates_through_every_activation(device, activation):
     w, b = layer(16, 12, True, device)
     out = linear_tf32(x, w, b, activation)
     assert out[2].isnan().all() and not out[torch.arange(8, device=device) != 2].isnan().any()
+
+
+@pytest.mark.parametrize("device,kernel", DEVICE_KERNELS)
+@pytest.mark.parametrize("activation", ACTS)
+def test_activation_of_special_values(device, kernel, activation):
+    # x = 0, so the pre-activation is exactly the bias: each kernel's
+    # epilogue evaluates the activation at infinities, overflowing and tiny
+    # values, signed zeros and NaN, and must agree with torch's float64
+    # (torch's float32 CPU GELU gives NaN at +inf in its vectorized loop).
+    z = torch.tensor([-float("inf"), -1e30, -1e4, -100.0, -20.0, -1.0, -1e-30, -0.0, 0.0, 1e-30, 0.5,
+                      20.0, 100.0, 1e4, 1e30, float("inf"), float("nan")], device=device)
+    rows = 1 if kernel == "skinny" else 3
+    x = torch.zeros(rows, 64, device=device)
+    w = torch.randn(z.numel(), 64, device=device)
+    out = run(x, w, z, activation)
+    expected = ACTIVATIONS[activation](z.double()).float().expand(rows, -1)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-30, equal_nan=True)
 
 
 @pytest.mark.parametrize("device", DEVICES)

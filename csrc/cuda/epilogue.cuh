@@ -20,8 +20,12 @@ __device__ __forceinline__ float apply_activation(float x, Activation act) {
     case Activation::kGeluTanh:  // F.gelu(approximate="tanh")
       return 0.5f * x *
              (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
-    case Activation::kSilu:
-      return x / (1.0f + expf(-x));
+    case Activation::kSilu:  // x * sigmoid(x). The fast exp and reciprocal (a few
+      // ulp) instead of expf and an IEEE division, far below TF32's 2^-11
+      // rounding: SiLU took 909 us against GELU's 735 us in the fused wgmma
+      // kernel at M = 8192, 4096 -> 4096 (H200). Overflow gives x * 0 = -0
+      // for x << 0, NaN stays NaN.
+      return x * __frcp_rn(1.0f + __expf(-x));
     case Activation::kNone:
     default:
       return x;
