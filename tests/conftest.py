@@ -24,7 +24,7 @@ DEVICE_KERNELS = [pytest.param("cpu", "auto", id="cpu")] + [
     pytest.param("cuda", k, id=f"cuda-{k}", marks=requires_cuda) for k in CUDA_KERNELS]
 
 
-def _kernel_runs_here(kernel: str) -> bool:
+def kernel_runs_here(kernel: str) -> bool:
     """Whether a forced `kernel` really runs on this GPU (the dispatcher falls
     back to its own choice otherwise, which would only repeat 'auto'). The
     probe is x @ w.T, with one row of x for the skinny (decode) kernel."""
@@ -41,7 +41,7 @@ def _forced_kernel(request):
     if kernel == "auto":
         yield
         return
-    if not _kernel_runs_here(kernel):
+    if not kernel_runs_here(kernel):
         pytest.skip(f"the {kernel} kernel does not run on this GPU or build")
     with pygpukit_torch.force_kernel(kernel):
         yield

@@ -9,13 +9,13 @@ import torch
 
 import pygpukit_torch
 from pygpukit_torch import kernel_info, linear_tf32, matmul_tf32
-from conftest import (ACTIVATIONS, HAS_CUDA, assert_linear_close, assert_matmul_close, matmul_reference,
-                      poison_next_output, poisoned_matmul, rel_error)
+from conftest import (ACTIVATIONS, HAS_CUDA, assert_linear_close, assert_matmul_close, kernel_runs_here,
+                      matmul_reference, poison_next_output, poisoned_matmul, rel_error)
 
 pytestmark = pytest.mark.skipif(not HAS_CUDA or torch.cuda.get_device_capability() < (8, 0),
                                 reason="needs a CUDA GPU of compute capability 8.0 or newer")
 
-DECODE_SHAPES = [(m, n, k) for m in (1, 16) for n, k in ((4096, 4096), (14336, 4096), (4096, 14336))]
+DECODE_SHAPES = [(m, n, k) for m in (1, 8, 16) for n, k in ((4096, 4096), (14336, 4096), (4096, 14336))]
 
 
 def rows(r, k):
@@ -52,11 +52,43 @@ def test_linear_epilogue(m, n, k, bias, activation):
     assert_linear_close(out, x, w, b, activation)
 
 
+def wide_n(extra):
+    """An N at which the skinny kernel takes its 32-column tile (two of its
+    CTAs per SM), plus `extra` columns."""
+    return 2 * 32 * torch.cuda.get_device_properties(0).multi_processor_count + extra
+
+
+@pytest.mark.parametrize("k", [1, 33, 1000])
+@pytest.mark.parametrize("extra", [0, 9, 17, 31])  # last CTA: 32, 9, 17 or 31 columns
+@pytest.mark.parametrize("m", [1, 7, 16])
+def test_wide_tile_edges(m, extra, k):
+    x, w = rows(m, k), rows(wide_n(extra), k)
+    for kernel in ("auto", "skinny"):
+        with pygpukit_torch.force_kernel(kernel):
+            assert kernel_info(x, w.mT).startswith("skinny 16x32x32"), kernel_info(x, w.mT)
+            out = poisoned_matmul(x, w.mT)
+        assert_matmul_close(out, x, w.mT)
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "silu"])
+def test_wide_tile_linear_epilogue(activation):
+    x, w = rows(16, 512), rows(wide_n(17), 512).div_(512 ** 0.5)
+    b = torch.randn(w.shape[0], device="cuda")
+    assert kernel_info(x, w.mT).startswith("skinny 16x32x32"), kernel_info(x, w.mT)
+    assert_linear_close(run_linear(x, w, b, activation), x, w, b, activation)
+    # 3xTF32 keeps the 16-column tile
+    assert "on skinny 16x16x32" in kernel_info(x, w.mT, precision="tf32x3")
+
+
 @pytest.mark.parametrize("m,n,k", DECODE_SHAPES)
 def test_chosen_for_decode_shapes(m, n, k):
+    # Above M = 8 on Hopper, weights larger than 4096 x 4096 take the wgmma
+    # path (dispatch.cu, kSkinnyOverWgmmaMaxM).
     x, w = torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda")
-    assert kernel_info(x, w.mT).startswith("skinny"), kernel_info(x, w.mT)
+    expected = "wgmma" if m > 8 and n * k > 4096 * 4096 and kernel_runs_here("wgmma") else "skinny"
+    assert kernel_info(x, w.mT).startswith(expected), kernel_info(x, w.mT)
     assert_matmul_close(poisoned_matmul(x, w.mT), x, w.mT)
+    assert "on skinny" in kernel_info(x, w.mT, precision="tf32x3")
 
 
 def round_tf32(t):
@@ -140,7 +172,7 @@ def test_forced_skinny_falls_back(case):
     assert_matmul_close(out, x, b)
 
 
-@pytest.mark.parametrize("m,n,k", [(16, 4096, 4096), (1, 4097, 4099)])
+@pytest.mark.parametrize("m,n,k", [(16, 4096, 4096), (1, 4097, 4099), (16, 14336, 1024)])
 def test_deterministic_over_500_calls(m, n, k):
     x, w, b = rows(m, k), rows(n, k), torch.randn(n, device="cuda")
     assert kernel_info(x, w.mT).startswith("skinny"), kernel_info(x, w.mT)

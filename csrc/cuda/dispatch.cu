@@ -47,7 +47,7 @@ enum class Kernel {
   kWgmmaLarge, kWgmmaSquare, kWgmmaMedium, kWgmmaNarrow, kWgmmaPromotedLarge,
   kWgmmaPromotedMedium,
   kMmaSyncLarge, kMmaSyncMedium, kMmaSyncSmall, kMmaSyncPromoted,
-  kSkinny,
+  kSkinny, kSkinnyWide,
   kFma
 };
 
@@ -156,16 +156,27 @@ GemmProblem kmajor_view(GemmProblem p) {
 // Whether the skinny kernel can run `p` (skinny_gemm.h lists what it needs).
 bool skinny_runs(const GemmProblem& p) {
   const GemmProblem q = kmajor_view(p);
-  return q.batch == 1 && q.M <= SkinnyConfig::kMaxM && q.layout_a == Layout::kRowMajor &&
+  return q.batch == 1 && q.M <= SkinnyNarrow::kMaxM && q.layout_a == Layout::kRowMajor &&
          q.layout_b == Layout::kColMajor && aligned16(q.A, q.lda, 0) && aligned16(q.B, q.ldb, 0);
 }
 
 // The largest M the automatic choice gives the skinny kernel, which reads B
 // once whatever M is: on the H200 at 4096 x 4096 it took 21-23 us at M = 1
-// to 16 against the wgmma path's 44-45 us (64-row tiles, split-K and a
-// reduction pass).
+// to 16 against the wgmma path's 44-45 us (session 3: 64x256 tiles,
+// split-K and a reduction pass).
 constexpr int64_t kSkinnyAutoMaxM = 16;
-static_assert(kSkinnyAutoMaxM <= SkinnyConfig::kMaxM, "the skinny kernel serves M <= kMaxM");
+static_assert(kSkinnyAutoMaxM <= SkinnyNarrow::kMaxM, "the skinny kernel serves M <= kMaxM");
+
+// With the 64x128 wgmma tile (session 4) the wgmma path catches up above
+// M = 8 on large weights. H200, graph-timed device time (session 5), skinny
+// vs wgmma, 4096x4096 / 14336x4096 / 4096x14336: M = 8 21.6 vs 24.0, 68.0
+// vs 67.5, 67.3 vs 64.5 us; M = 16 23.9 vs 24.1, 71.4 vs 67.6, 72.2 vs
+// 65.1 us. So on Hopper TF32 with M above this and a weight larger than
+// 4096 x 4096 takes the wgmma path. Smaller weights were not measured and
+// keep the skinny kernel; 3xTF32 keeps it too (the wgmma path would pack
+// three copies of W per call).
+constexpr int64_t kSkinnyOverWgmmaMaxM = 8;
+constexpr int64_t kSkinnyOverWgmmaMaxWeight = int64_t{4096} * 4096;
 
 // With fewer skinny CTAs than SMs, each CTA streams its 16 columns over the
 // whole of K alone while the wgmma path splits K over every SM. Provisional
@@ -177,10 +188,21 @@ constexpr int64_t kSkinnyUnderfilledMaxK = 8192;
 // Whether the automatic choice takes the skinny kernel for `p`, which it
 // can run. Off Hopper the alternative (mma.sync tiles, no split-K) has no
 // more CTAs than skinny, so skinny always.
-bool skinny_preferred(const GemmProblem& p, const DeviceInfo& d) {
-  return p.M <= kSkinnyAutoMaxM &&
-         (!wgmma_available(d) || SkinnyConfig::ctas(p.N) >= d.sm_count ||
-          p.K <= kSkinnyUnderfilledMaxK);
+bool skinny_preferred(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
+  if (p.M > kSkinnyAutoMaxM) return false;
+  if (!wgmma_available(d)) return true;
+  if (precision == Precision::kTF32 && p.M > kSkinnyOverWgmmaMaxM &&
+      p.N * p.K > kSkinnyOverWgmmaMaxWeight)
+    return false;
+  return SkinnyNarrow::ctas(p.N) >= d.sm_count || p.K <= kSkinnyUnderfilledMaxK;
+}
+
+// The skinny tile for `p`: the wide one (half of A's re-reads) when it
+// still gives every SM two CTAs (see SkinnyWide), for TF32 only (3xTF32
+// runs the narrow tile).
+Choice skinny_choice(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
+  const bool wide = precision == Precision::kTF32 && SkinnyWide::ctas(p.N) >= 2 * d.sm_count;
+  return {wide ? Kernel::kSkinnyWide : Kernel::kSkinny, true};
 }
 
 // PYGPUKIT_KERNEL forces a kernel family or configuration, for tests and
@@ -214,12 +236,13 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   if (forced == "mma_sync_large" && vec16 && fits<MmaSyncLarge>(p, d)) return {Kernel::kMmaSyncLarge, true};
   if (forced == "mma_sync_medium" && fits<MmaSyncMedium>(p, d)) return {Kernel::kMmaSyncMedium, vec16};
   if (forced == "mma_sync_small") return {Kernel::kMmaSyncSmall, vec16};
-  if (forced == "skinny" && skinny_runs(p)) return {Kernel::kSkinny, true};
+  if (forced == "skinny" && skinny_runs(p)) return skinny_choice(p, precision, d);
   // From here on the automatic choice: unforced, or forced to a kernel that
   // cannot run `p`; "mma_sync" alone keeps to the mma.sync tiles.
   const bool automatic = forced != "mma_sync";
   // Decode-sized M on any sm_80+ GPU: B streamed once, no split-K pass.
-  if (automatic && skinny_runs(p) && skinny_preferred(p, d)) return {Kernel::kSkinny, true};
+  if (automatic && skinny_runs(p) && skinny_preferred(p, precision, d))
+    return skinny_choice(p, precision, d);
   // On Hopper, wgmma for everything but small problems.
   if (automatic && wgmma && p.M * p.N * p.K * p.batch >= kWgmmaMinMacs)
     return choose_wgmma(p, precision, d);
@@ -264,9 +287,9 @@ std::string mma_sync_name() {
               : "");
 }
 
+template <class S>
 std::string skinny_name() {
   using std::to_string;
-  using S = SkinnyConfig;
   return "skinny " + to_string(S::kMaxM) + "x" + to_string(S::kBlockN) + "x" +
          to_string(S::kBlockK) + " k-slices " + to_string(S::kSlices) + " stages " +
          to_string(S::kStagesB) + " (B in shared memory), " + to_string(S::kStages) + " (A)";
@@ -447,7 +470,9 @@ cudaError_t run_chosen(const GemmProblem& p, Precision precision, void* workspac
       return launch_mma_sync_gemm<MmaSyncPromoted, Layout::kRowMajor, Layout::kColMajor, true>(
           p, stream);
     case Kernel::kSkinny:
-      return launch_skinny_gemm(kmajor_view(p), /*split3=*/false, stream);
+    case Kernel::kSkinnyWide:
+      return launch_skinny_gemm(kmajor_view(p), c.kernel == Kernel::kSkinnyWide,
+                                /*split3=*/false, stream);
     case Kernel::kFma:
     default:
       return launch_fma_gemm(p, stream);
@@ -481,7 +506,10 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
       name = mma_sync_name<MmaSyncPromoted>();
       break;
     case Kernel::kSkinny:
-      name = skinny_name();
+      name = skinny_name<SkinnyNarrow>();
+      break;
+    case Kernel::kSkinnyWide:
+      name = skinny_name<SkinnyWide>();
       break;
     case Kernel::kFma:
       name = "fma";
@@ -509,7 +537,8 @@ cudaError_t run_gemm(const GemmProblem& p, Precision precision, void* workspace,
                      cudaStream_t stream) {
   if (precision == Precision::kTF32x3) {
     if (tf32x3_on_fma(p)) return launch_fma_gemm(p, stream);
-    if (tf32x3_in_skinny(p)) return launch_skinny_gemm(kmajor_view(p), /*split3=*/true, stream);
+    if (tf32x3_in_skinny(p))
+      return launch_skinny_gemm(kmajor_view(p), /*wide=*/false, /*split3=*/true, stream);
     const Staging s = plan_staging(p, false, true);
     auto* ws = static_cast<uint8_t*>(workspace);
     const cudaError_t err = launch_staging(p, s, ws, stream);

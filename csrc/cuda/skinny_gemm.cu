@@ -15,11 +15,10 @@
 namespace pygpukit {
 namespace {
 
-using Cfg = SkinnyConfig;
-
 // What one lane holds of one load block at k0: the 16-byte chunks h = 0, 1
 // at k = k0 + 16h + 4t (t = lane % 4) of B rows n0 + 8j + g and of A rows g,
 // g + 8 (g = lane / 4). Per B row the 4 lanes of a group cover k0 .. k0 + 31.
+template <class Cfg>
 struct LoadBlock {
   uint4 b[Cfg::kMmaN][2];
   uint4 a[2][2];
@@ -43,8 +42,8 @@ __device__ __forceinline__ uint4 load_tail_chunk(const float* p, int64_t left) {
 // stay zero and are never read (M = 1 reads one row of A, not 16). A is read
 // with L1-allocating loads into a register ring: a CTA covers the whole of
 // K, so its A is M x K floats (256 KB at M = 16, K = 4096), too much to
-// stage in shared memory, and with a two-n8-tile warp every CTA reads as
-// many bytes of A as of B at M = 16; L1 serves the re-reads of the CTAs
+// stage in shared memory, and a 16-column CTA reads as many bytes of A as
+// of B at M = 16 (a 32-column one half as many); L1 serves the re-reads of the CTAs
 // that share an SM (they walk K in step), L2 the rest, which is A's ~1 MB
 // at most.
 template <bool kTail>
@@ -75,14 +74,17 @@ __device__ __forceinline__ void load_a_block(uint4 (&a)[2][2], const float* cons
 // cp.async.wait_group is all the synchronization needed. Slot layout: chunk
 // c = 2j + h of every lane, [c][lane], 16 bytes each, which makes the
 // copies and the reads back conflict-free.
+template <class Cfg>
 constexpr int kChunksB = 2 * Cfg::kMmaN;
 // Dynamic shared memory per CTA: one ring per warp.
-constexpr int kRingBytes = Cfg::kSlices * Cfg::kStagesB * kChunksB * 32 * 16;
+template <class Cfg>
+constexpr int kRingBytes = Cfg::kSlices * Cfg::kStagesB * kChunksB<Cfg> * 32 * 16;
 
 // Copies the B chunks of `block` into `slot` and commits one cp.async
 // group, an empty one past the last block (so a fixed wait count always
 // means "this block has landed"). Chunks past K are zero-filled; rows past
 // N (null row pointers) read nothing.
+template <class Cfg>
 __device__ __forceinline__ void issue_b_block(uint4* slot, const float* const (&b_row)[Cfg::kMmaN],
                                               const float* any, int64_t block, int64_t last,
                                               int64_t K, int t, int lane) {
@@ -111,6 +113,7 @@ __device__ __forceinline__ void issue_b_block(uint4* slot, const float* const (&
 // chunk serve as k = t, t + 4 of step 0, elements 2, 3 as those of step 1.
 // One permutation of k for both operands, which the sum over k cannot see,
 // turns 16-byte chunks into fragments with no shuffles.
+template <class Cfg>
 struct Fragments {
   uint32_t a[2][2][4];
   uint32_t b[Cfg::kMmaN][2][2][2];
@@ -120,10 +123,10 @@ struct Fragments {
 // lanes). Into fresh registers, so that the next loads into the ring slot
 // can be issued before this block's MMAs. For 3xTF32 (kSplit3) the values
 // stay unrounded: mma_block splits them.
-template <bool kSplit3>
-__device__ __forceinline__ Fragments to_fragments(const LoadBlock& f) {
+template <class Cfg, bool kSplit3>
+__device__ __forceinline__ Fragments<Cfg> to_fragments(const LoadBlock<Cfg>& f) {
   auto round_to_tf32 = [](uint32_t bits) { return kSplit3 ? bits : ptx::round_to_tf32(bits); };
-  Fragments r;
+  Fragments<Cfg> r;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const uint4 a0 = f.a[0][h], a1 = f.a[1][h];  // rows g and g + 8
@@ -149,8 +152,8 @@ __device__ __forceinline__ Fragments to_fragments(const LoadBlock& f) {
 // kSplit3 (3xTF32), each step splits its fragments (tf32_split.cuh) and runs
 // a_small*b_big + a_big*b_small + a_big*b_big, small terms first: the pack
 // that the other kernels need (three copies of W per call) is not needed.
-template <bool kSplit3>
-__device__ __forceinline__ void mma_block(const Fragments& f, float (&acc)[Cfg::kMmaN][4]) {
+template <class Cfg, bool kSplit3>
+__device__ __forceinline__ void mma_block(const Fragments<Cfg>& f, float (&acc)[Cfg::kMmaN][4]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -187,7 +190,7 @@ __device__ __forceinline__ void mma_block(const Fragments& f, float (&acc)[Cfg::
 }
 
 // Two CTAs per SM (at most 128 registers).
-template <bool kSplit3>
+template <class Cfg, bool kSplit3>
 __global__ void __launch_bounds__(Cfg::kThreads, 2) skinny_gemm_kernel(const GemmProblem p) {
   // Each K-slice's partial 16 x kBlockN sums, [slice][row][column].
   __shared__ float partial[Cfg::kSlices][Cfg::kMaxM][Cfg::kBlockN];
@@ -197,7 +200,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) skinny_gemm_kernel(const Gem
   const int lane = threadIdx.x % 32, slice = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;  // fragment row group / thread in group
   const int64_t n0 = int64_t(blockIdx.x) * Cfg::kBlockN;
-  uint4* const ring = rings + slice * Cfg::kStagesB * kChunksB * 32;
+  uint4* const ring = rings + slice * Cfg::kStagesB * kChunksB<Cfg> * 32;
 
   const float* b_row[Cfg::kMmaN];
 #pragma unroll
@@ -217,9 +220,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) skinny_gemm_kernel(const Gem
   const int64_t blocks = ceil_div(p.K, Cfg::kBlockK);
   const int64_t first = blocks * slice / Cfg::kSlices;
   const int64_t last = blocks * (slice + 1) / Cfg::kSlices;
-  auto slot = [&](int64_t block) { return ring + (block % Cfg::kStagesB) * kChunksB * 32; };
+  auto slot = [&](int64_t block) { return ring + (block % Cfg::kStagesB) * kChunksB<Cfg> * 32; };
   auto issue_b = [&](int64_t block) {
-    issue_b_block(slot(block), b_row, p.B, block, last, p.K, t, lane);
+    issue_b_block<Cfg>(slot(block), b_row, p.B, block, last, p.K, t, lane);
   };
   auto load_a = [&](uint4 (&a)[2][2], int64_t block) {
     const int64_t k0 = block * Cfg::kBlockK;
@@ -246,7 +249,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) skinny_gemm_kernel(const Gem
       if (block + s < last) {
         ptx::cp_async_wait<Cfg::kStagesB - 2>();  // this lane's copies of block + s landed
         const uint4* const in = slot(block + s);
-        LoadBlock f;
+        LoadBlock<Cfg> f;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
 #pragma unroll
@@ -254,7 +257,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) skinny_gemm_kernel(const Gem
 #pragma unroll
           for (int i = 0; i < 2; ++i) f.a[i][h] = ring_a[s][i][h];
         }
-        const Fragments frag = to_fragments<kSplit3>(f);
+        const Fragments<Cfg> frag = to_fragments<Cfg, kSplit3>(f);
         // Refill the B slot read one block ago (its values are in
         // registers) and this A ring entry.
         issue_b(block + s + Cfg::kStagesB - 1);
@@ -264,7 +267,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) skinny_gemm_kernel(const Gem
         // its error grows with the chain (see WgmmaConfig::kPromoteKTiles),
         // which matters for 3xTF32 and its 3K-long slices.
         float block_sum[Cfg::kMmaN][4] = {};
-        mma_block<kSplit3>(frag, block_sum);
+        mma_block<Cfg, kSplit3>(frag, block_sum);
 #pragma unroll
         for (int j = 0; j < Cfg::kMmaN; ++j)
 #pragma unroll
@@ -296,16 +299,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) skinny_gemm_kernel(const Gem
   }
 }
 
+template <class Cfg, bool kSplit3>
+cudaError_t launch(const GemmProblem& p, cudaStream_t stream) {
+  auto kernel = skinny_gemm_kernel<Cfg, kSplit3>;
+  static std::atomic<uint64_t> smem_configured{0};
+  cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kRingBytes<Cfg>,
+                                       smem_configured);
+  if (err != cudaSuccess) return err;
+  kernel<<<unsigned(Cfg::ctas(p.N)), Cfg::kThreads, kRingBytes<Cfg>, stream>>>(p);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
-cudaError_t launch_skinny_gemm(const GemmProblem& p, bool split3, cudaStream_t stream) {
-  auto kernel = split3 ? skinny_gemm_kernel<true> : skinny_gemm_kernel<false>;
-  static std::atomic<uint64_t> smem_configured[2]{};
-  cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kRingBytes,
-                                       smem_configured[split3]);
-  if (err != cudaSuccess) return err;
-  kernel<<<unsigned(Cfg::ctas(p.N)), Cfg::kThreads, kRingBytes, stream>>>(p);
-  return cudaGetLastError();
+cudaError_t launch_skinny_gemm(const GemmProblem& p, bool wide, bool split3,
+                               cudaStream_t stream) {
+  if (split3) return launch<SkinnyNarrow, true>(p, stream);
+  return wide ? launch<SkinnyWide, false>(p, stream) : launch<SkinnyNarrow, false>(p, stream);
 }
 
 }  // namespace pygpukit

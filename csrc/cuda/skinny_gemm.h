@@ -14,16 +14,16 @@ namespace pygpukit {
 // One CTA computes all M (<= kMaxM) rows of kBlockN output columns over the
 // whole of K: its kSlices warps each sum one K-slice of those columns with
 // m16n8k8 MMAs, and the slices are added in shared memory in a fixed order.
+template <int kMmaN_, int kStagesB_>
 struct SkinnyConfig {
   // Rows of one m16n8k8 tile: the largest M the kernel serves.
   static constexpr int kMaxM = 16;
-  // n8 tiles per warp: every A fragment loaded feeds this many MMAs, which
-  // halves the A loads per byte of B against one n8 tile per warp.
-  static constexpr int kMmaN = 2;
+  // n8 tiles per warp: every A fragment loaded feeds this many MMAs. A CTA
+  // reads all of A (M x K) for kBlockN columns of B, so at M = 16 a 16-column
+  // CTA reads as many bytes of A as of B.
+  static constexpr int kMmaN = kMmaN_;
   static constexpr int kBlockN = 8 * kMmaN;  // output columns per CTA
-  // Warps per CTA, one K-slice each. 16 columns x 8 slices gives 256 CTAs
-  // of 256 threads at N = 4096: about two per SM on 132 SMs, all resident
-  // in one wave.
+  // Warps per CTA, one K-slice each; two CTAs per SM.
   static constexpr int kSlices = 8;
   static constexpr int kThreads = 32 * kSlices;
   // K per load block: the 4 lanes of a B row read 2 x 16 bytes each, 128
@@ -32,24 +32,39 @@ struct SkinnyConfig {
   // Load blocks of A in flight per warp, in a register ring.
   static constexpr int kStages = 2;
   // Load blocks of B in flight per warp, in a shared-memory ring filled by
-  // cp.async (16 KB per stage and CTA, 64 KB at 4). On the H200, graph-timed
-  // device time at M = 1 (4096x4096, 14336x4096, 4096x14336): 20.4, 65.4,
-  // 65.1 us (76-84% of 4.3 TB/s) at 4 stages; 21.4-72.2 at 2, 21.9-67.7 at
-  // 6; 21.2-71.3 us with B in the register ring too. At M = 16 the ring
-  // costs 3-7% against that register ring (23.8 vs 22.7 us at 4096x4096):
-  // the shared memory it takes leaves less L1 for A's re-reads.
-  static constexpr int kStagesB = 4;
+  // cp.async: kStagesB x kMmaN x 4 KB per CTA.
+  static constexpr int kStagesB = kStagesB_;
 
   static constexpr int64_t ctas(int64_t N) { return (N + kBlockN - 1) / kBlockN; }
 };
 
-// Requires batch == 1, 1 <= M <= SkinnyConfig::kMaxM, N, K >= 1, A row-major
-// and B column-major (layout fields are not read: A(m, k) at A[m * lda + k],
+// 16 columns per CTA, 4 stages of B (64 KB of ring). At N = 4096 that is
+// 256 CTAs, two per SM. H200, graph-timed device time at M = 1 (4096x4096,
+// 14336x4096, 4096x14336): 20.4, 65.4, 65.1 us (76-84% of 4.3 TB/s) at 4
+// stages; 21.4-72.2 at 2, 21.9-67.7 at 6; 21.2-71.3 us with B in the
+// register ring too. At M = 16 the ring costs 3-7% against that register
+// ring (23.8 vs 22.7 us at 4096x4096): the shared memory it takes leaves
+// less L1 for A's re-reads.
+using SkinnyNarrow = SkinnyConfig<2, 4>;
+// 32 columns per CTA, 2 stages (the same 64 KB and bytes in flight per CTA):
+// half of A's re-reads per byte of B. It pays when it still gives every SM
+// two CTAs: H200, graph-timed, 14336x4096 at M = 8 and 16: 65.5 and 68.6 us
+// (83%, 80% of 4.3 TB/s) against the narrow tile's 74.9 and 81.2, equal at
+// M = 1 (64.2 vs 64.0); but with N = 4096 (128 CTAs, one per SM) 23.3-26.8
+// against 19.7-23.4 us. A 16-warp CTA of 32 columns (one per SM, the same
+// warps per SM as two narrow CTAs) took 21.5-24.6 us there.
+using SkinnyWide = SkinnyConfig<4, 2>;
+
+// Requires batch == 1, 1 <= M <= kMaxM (16), N, K >= 1, A row-major and B
+// column-major (layout fields are not read: A(m, k) at A[m * lda + k],
 // B(k, n) at B[n * ldb + k]), A, B 16-byte aligned and lda, ldb multiples of
 // 4. Any K (a zero-filled tail), N, ldc and epilogue. Deterministic: the
-// K-slices are always added in the same order, with no atomics. split3:
-// 3xTF32, each operand split into big and small TF32 parts in registers
-// (tf32_split.cuh) and three MMAs per k8 step, from the unsplit operands.
-cudaError_t launch_skinny_gemm(const GemmProblem& problem, bool split3, cudaStream_t stream);
+// K-slices are always added in the same order, with no atomics. wide: the
+// SkinnyWide tile, else SkinnyNarrow. split3: 3xTF32, each operand split
+// into big and small TF32 parts in registers (tf32_split.cuh) and three MMAs
+// per k8 step, from the unsplit operands; always on the narrow tile (the
+// wide one's registers do not hold the split parts without spilling).
+cudaError_t launch_skinny_gemm(const GemmProblem& problem, bool wide, bool split3,
+                               cudaStream_t stream);
 
 }  // namespace pygpukit
