@@ -9,12 +9,19 @@ operands, ``skinny`` with more than 16 rows) falls back to the automatic
 choice, and so does a value of ``PYGPUKIT_KERNEL`` that is not a kernel name;
 :func:`pygpukit_torch.kernel_info` tells what a call actually runs. CPU
 tensors always run the CPU emulation.
+
+A compiled graph reaches the same dispatcher on every run, so a ``with``
+block around the call of a ``torch.compile``'d function applies to it. Inside
+one it cannot work (Dynamo cannot trace the environment write), and
+:func:`force_kernel` says so.
 """
 
 from __future__ import annotations
 
 import contextlib
 from typing import Iterator
+
+import torch
 
 from ._env import environment_variable
 
@@ -38,6 +45,11 @@ def force_kernel(kernel: str) -> Iterator[None]:
 
     Raises:
         ValueError: an unknown kernel name.
+        RuntimeError: entered inside a function that ``torch.compile`` traces;
+            put the ``with`` block around the call of the compiled function.
+            With ``fullgraph=True`` torch reports it as
+            ``torch._dynamo.exc.Unsupported`` quoting this error; without,
+            Dynamo runs that code eagerly, where the block works.
 
     The override is process-wide (an environment variable), so it is not
     meant for concurrent use from several threads. A kernel that cannot run
@@ -46,5 +58,9 @@ def force_kernel(kernel: str) -> Iterator[None]:
     """
     if kernel not in KERNELS:
         raise ValueError(f"force_kernel: unknown kernel {kernel!r}; expected one of {', '.join(KERNELS)}")
+    if torch.compiler.is_compiling():
+        raise RuntimeError(f"force_kernel: cannot be used inside a torch.compile'd function (it sets the "
+                           f"environment variable {_ENV}, which compiled code cannot); enter the block around "
+                           f"the call of the compiled function")
     with environment_variable(_ENV, kernel):
         yield

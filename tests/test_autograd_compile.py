@@ -175,6 +175,35 @@ def test_force_kernel_rejects_unknown_names_and_restores_the_environment():
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_force_kernel_and_torch_compile(device):
+    a, b = torch.randn(64, 96, device=device), torch.randn(96, 80, device=device)
+    # Around the call of a compiled function: the graph's calls reach the
+    # dispatcher, which reads the override on every run. On CUDA the FP32
+    # kernel's result differs from the TF32 kernels'.
+    compiled = torch.compile(lambda x, y: matmul_tf32(x, y), backend="aot_eager", fullgraph=True)
+    with pygpukit_torch.force_kernel("fma"):
+        assert torch.equal(compiled(a, b), matmul_tf32(a, b))
+    assert torch.equal(compiled(a, b), matmul_tf32(a, b))
+    if device == "cuda":
+        tf32 = matmul_tf32(a, b)  # outside the block: a TF32 tensor-core kernel
+        with pygpukit_torch.force_kernel("fma"):
+            assert not torch.equal(compiled(a, b), tf32)
+
+    # Inside one: a clear error with fullgraph=True; without, the block runs eagerly.
+    def f(x, y):
+        with pygpukit_torch.force_kernel("fma"):
+            return matmul_tf32(x, y)
+
+    before = os.environ.get("PYGPUKIT_KERNEL")
+    with pytest.raises(RuntimeError, match="force_kernel: cannot be used inside a torch.compile'd function"):
+        torch.compile(f, backend="aot_eager", fullgraph=True)(a, b)
+    assert os.environ.get("PYGPUKIT_KERNEL") == before
+    with pygpukit_torch.force_kernel("fma"):
+        expected = matmul_tf32(a, b)
+    assert torch.equal(torch.compile(f, backend="aot_eager")(a, b), expected)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_forward_mode_ad_raises(device):
     """No forward-AD formula: a tangent must raise, never be dropped (which
     made torch.func.jacfwd return an all-zero Jacobian)."""
