@@ -15,7 +15,10 @@ import pygpukit_torch
 torch.manual_seed(0)
 # (3, 300, 1000): split-K on wgmma. skinny runs the cases with m <= 16 where
 # both operands are K-major and 16-byte aligned (b transposed, no offset; linear_tf32).
-cases = [(1, 1, 1), (67, 45, 131), (130, 260, 37), (257, 129, 65), (3, 300, 1000), (7, 37, 1004)]
+# The last case gives the skinny kernel its 32-column tile (two CTAs per SM)
+# with a last CTA of 31 columns.
+wide_n = 2 * 32 * torch.cuda.get_device_properties(0).multi_processor_count + 31
+cases = [(1, 1, 1), (67, 45, 131), (130, 260, 37), (257, 129, 65), (3, 300, 1000), (7, 37, 1004), (16, wide_n, 65)]
 for kernel in ("wgmma", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "skinny", "fma"):
     os.environ["PYGPUKIT_KERNEL"] = kernel
     for m, n, k in cases:

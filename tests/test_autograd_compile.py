@@ -176,6 +176,9 @@ def test_force_kernel_rejects_unknown_names_and_restores_the_environment():
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_force_kernel_and_torch_compile(device):
+    # Dynamo caches by code object: without a reset the [cuda] case would
+    # reuse what the [cpu] case left for f below (run eagerly, no error).
+    torch._dynamo.reset()
     a, b = torch.randn(64, 96, device=device), torch.randn(96, 80, device=device)
     # Around the call of a compiled function: the graph's calls reach the
     # dispatcher, which reads the override on every run. On CUDA the FP32

@@ -23,6 +23,7 @@ struct DeviceInfo {
   int sm_count = 0;
   int cc_major = 0, cc_minor = 0;
   int smem_per_block_optin = 0;  // bytes of dynamic shared memory a block may use
+  int smem_per_sm = 0;           // bytes of shared memory per SM
 };
 
 constexpr int kMaxDevices = 64;
@@ -39,6 +40,7 @@ const DeviceInfo& device_info(int device) {
     cudaDeviceGetAttribute(&d.cc_minor, cudaDevAttrComputeCapabilityMinor, device);
     cudaDeviceGetAttribute(&d.smem_per_block_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                            device);
+    cudaDeviceGetAttribute(&d.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
   });
   return info[device];
 }
@@ -180,8 +182,8 @@ constexpr int64_t kSkinnyOverWgmmaMaxWeight = int64_t{4096} * 4096;
 
 // With fewer skinny CTAs than SMs, each CTA streams its 16 columns over the
 // whole of K alone while the wgmma path splits K over every SM. Provisional
-// estimate, not measured: a lone CTA keeps 32 KB in flight, ~32 GB/s at
-// ~1 us of latency, ~2 ns per element of K; up to this K (~16 us) that
+// estimate, not measured: a lone CTA keeps 48 KB in flight, ~48 GB/s at
+// ~1 us of latency, ~1.4 ns per element of K; up to this K (~11 us) that
 // still beats the wgmma path's fixed ~20 us (reduction pass, launches).
 constexpr int64_t kSkinnyUnderfilledMaxK = 8192;
 
@@ -199,9 +201,12 @@ bool skinny_preferred(const GemmProblem& p, Precision precision, const DeviceInf
 
 // The skinny tile for `p`: the wide one (half of A's re-reads) when it
 // still gives every SM two CTAs (see SkinnyWide), for TF32 only (3xTF32
-// runs the narrow tile).
+// runs the narrow tile). Measured on the H200 only; GPUs whose SMs hold one
+// 80 KB CTA (sm_86, sm_89: 100 KB) keep the narrow tile.
+constexpr int kTwoSkinnyCtasSmem = 2 * (SkinnyWide::kSmemBytes + 1024);  // + 1 KB reserved per CTA
 Choice skinny_choice(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
-  const bool wide = precision == Precision::kTF32 && SkinnyWide::ctas(p.N) >= 2 * d.sm_count;
+  const bool wide = precision == Precision::kTF32 && d.smem_per_sm >= kTwoSkinnyCtasSmem &&
+                    SkinnyWide::ctas(p.N) >= 2 * d.sm_count;
   return {wide ? Kernel::kSkinnyWide : Kernel::kSkinny, true};
 }
 
@@ -437,7 +442,8 @@ bool tf32x3_on_fma(const GemmProblem& p) {
 // 3xTF32 on operands the skinny kernel reads in place: it splits them in
 // registers, which saves the pack (three copies of the weight per call).
 bool tf32x3_in_skinny(const GemmProblem& p) {
-  return choose(p, Precision::kTF32x3, device_info(current_device())).kernel == Kernel::kSkinny;
+  const Kernel k = choose(p, Precision::kTF32x3, device_info(current_device())).kernel;
+  return k == Kernel::kSkinny || k == Kernel::kSkinnyWide;
 }
 
 // Workspace, launch and name of what choose() picks for `p`; for kTF32x3,

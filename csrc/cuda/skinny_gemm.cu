@@ -74,11 +74,10 @@ __device__ __forceinline__ void load_a_block(uint4 (&a)[2][2], const float* cons
 // cp.async.wait_group is all the synchronization needed. Slot layout: chunk
 // c = 2j + h of every lane, [c][lane], 16 bytes each, which makes the
 // copies and the reads back conflict-free.
+// SkinnyConfig::kRingBytes is this layout's size: kSlices rings of kStagesB
+// slots of kChunksB x 32 lanes x 16 bytes.
 template <class Cfg>
 constexpr int kChunksB = 2 * Cfg::kMmaN;
-// Dynamic shared memory per CTA: one ring per warp.
-template <class Cfg>
-constexpr int kRingBytes = Cfg::kSlices * Cfg::kStagesB * kChunksB<Cfg> * 32 * 16;
 
 // Copies the B chunks of `block` into `slot` and commits one cp.async
 // group, an empty one past the last block (so a fixed wait count always
@@ -303,10 +302,10 @@ template <class Cfg, bool kSplit3>
 cudaError_t launch(const GemmProblem& p, cudaStream_t stream) {
   auto kernel = skinny_gemm_kernel<Cfg, kSplit3>;
   static std::atomic<uint64_t> smem_configured{0};
-  cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kRingBytes<Cfg>,
+  cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kRingBytes,
                                        smem_configured);
   if (err != cudaSuccess) return err;
-  kernel<<<unsigned(Cfg::ctas(p.N)), Cfg::kThreads, kRingBytes<Cfg>, stream>>>(p);
+  kernel<<<unsigned(Cfg::ctas(p.N)), Cfg::kThreads, Cfg::kRingBytes, stream>>>(p);
   return cudaGetLastError();
 }
 

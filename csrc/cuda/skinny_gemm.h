@@ -31,9 +31,13 @@ struct SkinnyConfig {
   static constexpr int kBlockK = 32;
   // Load blocks of A in flight per warp, in a register ring.
   static constexpr int kStages = 2;
-  // Load blocks of B in flight per warp, in a shared-memory ring filled by
-  // cp.async: kStagesB x kMmaN x 4 KB per CTA.
+  // Load blocks of B per warp in a shared-memory ring filled by cp.async
+  // (kStagesB - 1 of them in flight): kStagesB x kMmaN x 8 KB per CTA.
   static constexpr int kStagesB = kStagesB_;
+  // Shared memory per CTA: the B rings (dynamic; 16 bytes per lane, chunk
+  // and slot, skinny_gemm.cu) and the slices' partial sums (static).
+  static constexpr int kRingBytes = kSlices * kStagesB * (2 * kMmaN) * 32 * 16;
+  static constexpr int kSmemBytes = kRingBytes + kSlices * kMaxM * kBlockN * 4;
 
   static constexpr int64_t ctas(int64_t N) { return (N + kBlockN - 1) / kBlockN; }
 };
@@ -46,9 +50,9 @@ struct SkinnyConfig {
 // ring (23.8 vs 22.7 us at 4096x4096): the shared memory it takes leaves
 // less L1 for A's re-reads.
 using SkinnyNarrow = SkinnyConfig<2, 4>;
-// 32 columns per CTA, 2 stages (the same 64 KB and bytes in flight per CTA):
-// half of A's re-reads per byte of B. It pays when it still gives every SM
-// two CTAs: H200, graph-timed, 14336x4096 at M = 8 and 16: 65.5 and 68.6 us
+// 32 columns per CTA, 2 stages (the same 64 KB ring per CTA; 32 KB in flight
+// against the narrow tile's 48 KB): half of A's re-reads per byte of B. It
+// pays when it still gives every SM two CTAs: H200, graph-timed, 14336x4096 at M = 8 and 16: 65.5 and 68.6 us
 // (83%, 80% of 4.3 TB/s) against the narrow tile's 74.9 and 81.2, equal at
 // M = 1 (64.2 vs 64.0); but with N = 4096 (128 CTAs, one per SM) 23.3-26.8
 // against 19.7-23.4 us. A 16-warp CTA of 32 columns (one per SM, the same
