@@ -176,6 +176,8 @@ def test_ieee_gemv_on_fp32_fmas(n, k):
         assert kernel_info(x, w.mT, precision="ieee").startswith("fma")
         fma = matmul_tf32(x, w.mT, precision="ieee")
     torch.testing.assert_close(out, fma, rtol=1e-5, atol=1e-5 * float(fma.abs().max()))
+    if k >= 1000:  # a different summation order: the call did not run the FMA kernel
+        assert not torch.equal(out, fma)
     assert kernel_info(rows(2, k), w.mT, precision="ieee").startswith("fma")
 
 
@@ -190,9 +192,20 @@ def test_ieee_gemv_linear_epilogue_and_special_values(activation):
     # NaN and Inf as torch gives them; the zero-filled K tail (300 = 9 * 32 + 12) adds nothing.
     w[2, 5], w[3, 7], w[9, 299] = float("nan"), float("inf"), float("-inf")
     got, ref = matmul_tf32(x, w.mT, precision="ieee"), torch.matmul(x.double(), w.mT.double())
-    assert torch.equal(got.isnan(), ref.isnan()) and torch.equal(got.isinf(), ref.isinf())
+    assert torch.equal(got.isnan(), ref.isnan())
+    assert torch.equal(got.isinf() & (got > 0), ref.isinf() & (ref > 0))
+    assert torch.equal(got.isinf() & (got < 0), ref.isinf() & (ref < 0))
     assert int(got.isnan().sum()) == 1 and int(got.isinf().sum()) == 2
     torch.testing.assert_close(got[got.isfinite()].double(), ref[ref.isfinite()], rtol=1e-5, atol=1e-5)
+    # Inf in x (the operand every lane shares): columns whose weight there is
+    # 0 become NaN (inf * 0), the others inf, as in torch; the zero-filled
+    # rows past N (inf * 0 too) are never stored.
+    x2, w2 = rows(1, 40), rows(70, 40)
+    x2[0, 33], w2[:, 33] = float("inf"), 0.0
+    w2[:35, 33] = 1.0
+    got, ref = matmul_tf32(x2, w2.mT, precision="ieee"), torch.matmul(x2.double(), w2.mT.double())
+    assert torch.equal(got.isnan(), ref.isnan()) and torch.equal(got.isinf(), ref.isinf())
+    assert int(got.isinf().sum()) == 35 and int(got.isnan().sum()) == 35
 
 
 @pytest.mark.parametrize("case", ["m17", "x_offset", "w_row_major"])
@@ -217,7 +230,7 @@ def test_deterministic_over_500_calls(m, n, k, precision):
     if precision == "ieee" and m > 1:
         pytest.skip("the FP32 skinny variant serves one row")
     x, w, b = rows(m, k), rows(n, k), torch.randn(n, device="cuda")
-    assert kernel_info(x, w.mT, precision=precision).startswith("skinny"), kernel_info(x, w.mT)
+    assert kernel_info(x, w.mT, precision=precision).startswith("skinny"), kernel_info(x, w.mT, precision=precision)
     first = linear_tf32(x, w, b, "gelu", precision=precision)
     for _ in range(500):
         assert torch.equal(linear_tf32(x, w, b, "gelu", precision=precision), first)
