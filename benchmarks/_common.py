@@ -12,7 +12,10 @@ L2_BYTES = 60 * 2 ** 20  # H200; inputs rotate over > 3x this
 
 
 def run_header() -> str:
-    """Date, GPU name and versions: the first line of every table."""
+    """Date, GPU name and versions: the first line of every table. Exits
+    with a message when there is no CUDA GPU (every benchmark needs one)."""
+    if not torch.cuda.is_available():
+        raise SystemExit("this benchmark needs a CUDA GPU (torch.cuda.is_available() is False)")
     return (f"{datetime.date.today()} · {torch.cuda.get_device_name()} · torch {torch.__version__} · "
             f"CUDA {torch.version.cuda}")
 

@@ -21,35 +21,13 @@
 #include <torch/library.h>
 
 #include "activation.h"
+#include "op_handles.h"
 
 namespace pygpukit {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-using PrecisionArg = std::optional<c10::string_view>;
-
-// The operators' schemas as C++ signatures (those of every backend's kernel).
-using MatmulSignature = at::Tensor(const at::Tensor&, const at::Tensor&, PrecisionArg);
-using LinearSignature = at::Tensor(const at::Tensor&, const at::Tensor&,
-                                   const std::optional<at::Tensor>&, c10::string_view,
-                                   PrecisionArg);
-
-template <class Signature>
-c10::TypedOperatorHandle<Signature> find_op(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
-}
-
-// Looked up on first use, when the library's registrations are all done.
-const c10::TypedOperatorHandle<MatmulSignature>& matmul_tf32_op() {
-  static const auto op = find_op<MatmulSignature>("pygpukit::matmul_tf32");
-  return op;
-}
-
-const c10::TypedOperatorHandle<LinearSignature>& linear_tf32_op() {
-  static const auto op = find_op<LinearSignature>("pygpukit::linear_tf32");
-  return op;
-}
 
 // The operator's kernel below autograd: the backend (CPU/CUDA), or under
 // torch.compile and DTensor whatever sits there (functionalization, fake

@@ -62,7 +62,7 @@ def load_random_bert(device):
         hidden = m(input_ids=ids).last_hidden_state
         return torch.nn.functional.normalize(hidden.mean(dim=1), dim=-1)
 
-    return encode, model, "BERT with MiniLM-L6's architecture and RANDOM weights (model package not installed)"
+    return encode, model, "BERT with MiniLM-L6's architecture and RANDOM weights"
 
 
 def timed(fn, device, repeats=5):

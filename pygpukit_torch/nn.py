@@ -20,7 +20,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 import torch
 from torch import nn
 
-from .ops import ACTIVATIONS, PRECISIONS, linear_tf32
+from .ops import ACTIVATIONS, PRECISIONS
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +67,15 @@ class TF32Linear(nn.Linear):
         _check_options(activation, precision)
         if dtype is not None and dtype != torch.float32:
             raise ValueError(f"TF32Linear: parameters must be float32 (the op's only dtype), got dtype={dtype}")
-        super().__init__(in_features, out_features, bias, device, dtype)
+        # float32 whatever torch.get_default_dtype() is.
+        super().__init__(in_features, out_features, bias, device, torch.float32)
         self.activation = activation
         self.precision = precision
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear_tf32(x, self.weight, self.bias, self.activation, precision=self.precision)
+        # The operator itself rather than the Python wrapper, so that
+        # torch.jit.script can compile this module as it does nn.Linear.
+        return torch.ops.pygpukit.linear_tf32(x, self.weight, self.bias, self.activation, precision=self.precision)
 
     def extra_repr(self) -> str:
         extra = super().extra_repr()
@@ -296,11 +299,14 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
                 activation = _fusable_activation(act_module)
                 new = swap(child, child_fqn, activation or "none")
                 if activation is not None and new is not child:
-                    # Kept outside _modules (no new state_dict or
-                    # named_modules entry), so that unswap_linear_ can put
-                    # the very same module back.
-                    new.__dict__["_unfused_activation"] = act_module
-                    setattr(module, next_name, nn.Identity())
+                    # The activation module is kept on the Identity that
+                    # takes its place, outside _modules (no new state_dict
+                    # or named_modules entry), so that unswap_linear_ puts
+                    # the very same module back into this slot (one shared
+                    # Linear may be fused in several places).
+                    identity = nn.Identity()
+                    identity.__dict__["_unfused_activation"] = act_module
+                    setattr(module, next_name, identity)
                     report.fused.append((child_fqn, activation))
             if new is not child:
                 setattr(module, name, new)
@@ -329,8 +335,9 @@ def unswap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None) ->
         if filter_fn is not None and not filter_fn(module, fqn):
             return module
         if module.activation != "none":
-            unfused = module.__dict__.get("_unfused_activation")
-            if unfused is None or parent is None or type(parent._modules.get(next_name)) is not nn.Identity:
+            following = parent._modules.get(next_name) if parent is not None else None
+            unfused = following.__dict__.get("_unfused_activation") if type(following) is nn.Identity else None
+            if unfused is None:
                 log.warning("pygpukit unswap_linear_: kept TF32Linear %r with activation %r: no activation "
                             "module to restore", fqn, module.activation)
                 return module

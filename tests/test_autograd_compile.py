@@ -207,6 +207,30 @@ def test_force_kernel_and_torch_compile(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_runs_the_ops_in_float32(device, dtype):
+    """Inside torch.autocast the ops cast float16/bfloat16 inputs to float32
+    and return float32, as ATen's float32-policy ops do; gradients reach the
+    inputs in their own dtype; other dtypes still raise; compiled code agrees."""
+    a = torch.randn(6, 32, device=device, dtype=dtype, requires_grad=True)
+    w = torch.randn(5, 32, device=device, requires_grad=True)
+    b = torch.randn(5, device=device, dtype=dtype)
+    with torch.autocast(device, dtype=dtype):
+        mm = matmul_tf32(a, w.mT)
+        lin = pygpukit_torch.linear_tf32(a, w, b, "gelu")
+        with pytest.raises(RuntimeError, match="expected float32 tensors"):
+            matmul_tf32(a.detach().double(), w.detach().double().mT)
+        compiled = torch.compile(lambda x, y: matmul_tf32(x, y), backend="aot_eager", fullgraph=True)
+        mm_compiled = compiled(a.detach(), w.detach().mT)
+    assert mm.dtype == lin.dtype == mm_compiled.dtype == torch.float32
+    assert torch.equal(mm, matmul_tf32(a.detach().float(), w.detach().mT))
+    assert torch.equal(mm_compiled, mm.detach())
+    assert torch.equal(lin, pygpukit_torch.linear_tf32(a.detach().float(), w.detach(), b.float(), "gelu"))
+    (mm.sum() + lin.sum()).backward()
+    assert a.grad.dtype == dtype and w.grad.dtype == torch.float32
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_forward_mode_ad_raises(device):
     """No forward-AD formula: a tangent must raise, never be dropped (which
     made torch.func.jacfwd return an all-zero Jacobian)."""

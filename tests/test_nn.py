@@ -393,3 +393,57 @@ def test_tf32linear_rejects_other_dtypes_and_swap_names_itself_in_errors():
         TF32Linear(5, 3, dtype=torch.float64)
     with pytest.raises(ValueError, match="^swap_linear_: precision must be"):
         swap_linear_(nn.Sequential(nn.Linear(4, 4)), precision="bad")
+
+
+def test_tf32linear_is_float32_under_another_default_dtype():
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        layer = TF32Linear(4, 3)
+    finally:
+        torch.set_default_dtype(previous)
+    assert layer.weight.dtype == layer.bias.dtype == torch.float32
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=2e-3, atol=2e-3)
+
+
+def test_unswap_restores_each_fused_activation_of_a_shared_linear():
+    # One Linear fused with two different activation modules: each slot gets
+    # its own module back.
+    shared, relu, relu_inplace = nn.Linear(8, 8), nn.ReLU(), nn.ReLU(inplace=True)
+    model = nn.Sequential(shared, relu, shared, relu_inplace)
+    swap_linear_(model, activation_fusion=True, policy=None)
+    assert type(model[1]) is nn.Identity and type(model[3]) is nn.Identity
+    unswap_linear_(model)
+    assert model[0] is shared and model[2] is shared
+    assert model[1] is relu and model[3] is relu_inplace
+
+
+@pytest.mark.filterwarnings("ignore:.*torch.jit.script.* is deprecated")
+def test_torch_jit_script():
+    layer = TF32Linear(16, 8, activation="gelu", precision="ieee")
+    x = torch.randn(3, 16)
+    torch.testing.assert_close(torch.jit.script(layer)(x), layer(x), rtol=0, atol=0)
+    model = nn.Sequential(nn.Linear(64, 32, bias=False), nn.SiLU(), nn.Linear(32, 8))
+    swap_linear_(model, activation_fusion=True, policy=None)
+    x = torch.randn(5, 64)
+    torch.testing.assert_close(torch.jit.script(model)(x), model(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_swapped_model_under_autocast(device):
+    # The first layer stays on torch (too small for the default policy), so
+    # under autocast it hands the swapped layer a lower-precision activation:
+    # the swapped layer computes in float32 and returns float32.
+    dtype = torch.bfloat16 if device == "cpu" else torch.float16
+    model = nn.Sequential(nn.Linear(16, 256), nn.ReLU(), nn.Linear(256, 256)).to(device)
+    swap_linear_(model)
+    assert type(model[0]) is nn.Linear and type(model[2]) is TF32Linear
+    x = torch.randn(4, 16, device=device)
+    with torch.autocast(device, dtype=dtype):
+        hidden = model[1](model[0](x))
+        out = model(x)
+    assert hidden.dtype == dtype and out.dtype == torch.float32
+    torch.testing.assert_close(out, model[2](hidden.float()), rtol=0, atol=0)
+    out.sum().backward()
+    assert model[2].weight.grad.dtype == torch.float32 and model[0].weight.grad is not None
