@@ -21,9 +21,7 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
-
 from ._env import environment_variable
-
 from .ops import PRECISIONS
 
 _ENV = "PYGPUKIT_PRECISION"
