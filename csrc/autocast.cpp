@@ -37,16 +37,15 @@ at::Tensor linear_tf32_autocast(const at::Tensor& x, const at::Tensor& weight,
                                activation, precision);
 }
 
+// The same kernels serve every autocast device.
+void register_autocast_kernels(torch::Library& m) {
+  m.impl("matmul_tf32", &matmul_tf32_autocast);
+  m.impl("linear_tf32", &linear_tf32_autocast);
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(pygpukit, AutocastCPU, m) {
-  m.impl("matmul_tf32", &matmul_tf32_autocast);
-  m.impl("linear_tf32", &linear_tf32_autocast);
-}
-
-TORCH_LIBRARY_IMPL(pygpukit, AutocastCUDA, m) {
-  m.impl("matmul_tf32", &matmul_tf32_autocast);
-  m.impl("linear_tf32", &linear_tf32_autocast);
-}
+TORCH_LIBRARY_IMPL(pygpukit, AutocastCPU, m) { register_autocast_kernels(m); }
+TORCH_LIBRARY_IMPL(pygpukit, AutocastCUDA, m) { register_autocast_kernels(m); }
 
 }  // namespace pygpukit

@@ -21,8 +21,6 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
-import torch
-
 from ._env import environment_variable
 
 KERNELS = ("auto", "wgmma", "mma_sync", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "skinny", "fma")
@@ -58,9 +56,5 @@ def force_kernel(kernel: str) -> Iterator[None]:
     """
     if kernel not in KERNELS:
         raise ValueError(f"force_kernel: unknown kernel {kernel!r}; expected one of {', '.join(KERNELS)}")
-    if torch.compiler.is_compiling():
-        raise RuntimeError(f"force_kernel: cannot be used inside a torch.compile'd function (it sets the "
-                           f"environment variable {_ENV}, which compiled code cannot); enter the block around "
-                           f"the call of the compiled function")
-    with environment_variable(_ENV, kernel):
+    with environment_variable(_ENV, kernel, caller="force_kernel"):
         yield

@@ -21,10 +21,7 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
-import torch
-
 from ._env import environment_variable
-
 from .ops import PRECISIONS
 
 _ENV = "PYGPUKIT_PRECISION"
@@ -54,10 +51,7 @@ def default_precision(precision: str) -> Iterator[None]:
     if precision not in PRECISIONS:
         raise ValueError(f"default_precision: unknown precision {precision!r}; expected one of "
                          f"{', '.join(PRECISIONS)}")
-    if torch.compiler.is_compiling():
-        raise RuntimeError(f"default_precision: cannot be used inside a torch.compile'd function (it sets the "
-                           f"environment variable {_ENV}, which compiled code cannot); pass "
-                           f"precision={precision!r} to the operators there, or enter the block around the "
-                           f"call of the compiled function")
-    with environment_variable(_ENV, precision):
+    advice = (f"pass precision={precision!r} to the operators there, or enter the block around the call of the "
+              f"compiled function")
+    with environment_variable(_ENV, precision, caller="default_precision", advice=advice):
         yield
