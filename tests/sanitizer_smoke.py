@@ -47,5 +47,15 @@ for kernel in ("wgmma", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "
             # has a slope above 1.13.
             scale = float((F.linear(x.double().abs(), w.double().abs(), b.double().abs())).norm())
             assert err <= 2e-3 * scale, (kernel, act, m, n, k, err, scale)
+# precision="ieee" with one row of x: the skinny kernel's FP32 variant (K
+# tails, a partial last CTA, 1-D x, the fused epilogue). K is a multiple of 4:
+# the kernel's cp.async needs 16-byte aligned rows, else the FMA kernel runs.
+os.environ["PYGPUKIT_KERNEL"] = "auto"
+for n, k in ((1, 4), (45, 132), (300, 1000), (37, 1004)):
+    x, w, b = torch.randn(k, device="cuda"), torch.randn(n, k, device="cuda"), torch.randn(n, device="cuda")
+    assert "FP32 FMAs" in pygpukit_torch.kernel_info(x, w.t(), precision="ieee")
+    out = pygpukit_torch.linear_tf32(x, w, b, "gelu", precision="ieee")
+    ref = F.gelu(F.linear(x.double(), w.double(), b.double()))
+    assert float((out.double() - ref).norm() / ref.norm()) < 1e-5, (n, k)
 torch.cuda.synchronize()
 print("sanitizer smoke: all cases ran and matched")

@@ -49,7 +49,7 @@ enum class Kernel {
   kWgmmaLarge, kWgmmaSquare, kWgmmaMedium, kWgmmaNarrow, kWgmmaPromotedLarge,
   kWgmmaPromotedMedium,
   kMmaSyncLarge, kMmaSyncMedium, kMmaSyncSmall, kMmaSyncPromoted,
-  kSkinny, kSkinnyWide,
+  kSkinny, kSkinnyWide, kSkinnyFp32,
   kFma
 };
 
@@ -230,11 +230,18 @@ std::string forced_kernel() {
 // For kTF32x3, `p` is the staged problem (3K columns of big and small parts),
 // except in tf32x3_in_skinny, which asks about the unsplit operands.
 Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
-  // mma.sync TF32 needs sm_80; FP32 precision never uses tensor cores.
-  if (precision == Precision::kIEEE || d.cc_major < 8) return {Kernel::kFma};
+  // mma.sync TF32 and the skinny kernel's cp.async need sm_80.
+  if (d.cc_major < 8) return {Kernel::kFma};
+  const std::string forced = forced_kernel();
+  // FP32 precision never uses tensor cores: the skinny kernel's FMA variant
+  // for a single row (a GEMV, bound by B's bytes like the TF32 one), else the
+  // FMA kernel.
+  if (precision == Precision::kIEEE) {
+    const bool gemv = p.M == 1 && skinny_runs(p) && (forced == "auto" || forced == "skinny");
+    return {gemv ? Kernel::kSkinnyFp32 : Kernel::kFma, gemv};
+  }
   const bool vec16 = aligned16(p.A, p.lda, p.batch_stride_a) &&
                      aligned16(p.B, p.ldb, p.batch_stride_b);
-  const std::string forced = forced_kernel();
   if (forced == "fma") return {Kernel::kFma};
   const bool wgmma = wgmma_available(d);
   if (forced == "wgmma" && wgmma) return choose_wgmma(p, precision, d);
@@ -478,7 +485,9 @@ cudaError_t run_chosen(const GemmProblem& p, Precision precision, void* workspac
     case Kernel::kSkinny:
     case Kernel::kSkinnyWide:
       return launch_skinny_gemm(kmajor_view(p), c.kernel == Kernel::kSkinnyWide,
-                                /*split3=*/false, stream);
+                                SkinnyMath::kTf32, stream);
+    case Kernel::kSkinnyFp32:
+      return launch_skinny_gemm(kmajor_view(p), /*wide=*/false, SkinnyMath::kFp32, stream);
     case Kernel::kFma:
     default:
       return launch_fma_gemm(p, stream);
@@ -517,6 +526,9 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
     case Kernel::kSkinnyWide:
       name = skinny_name<SkinnyWide>();
       break;
+    case Kernel::kSkinnyFp32:
+      name = skinny_name<SkinnyNarrow>() + ", FP32 FMAs (M = 1)";
+      break;
     case Kernel::kFma:
       name = "fma";
       break;
@@ -544,7 +556,7 @@ cudaError_t run_gemm(const GemmProblem& p, Precision precision, void* workspace,
   if (precision == Precision::kTF32x3) {
     if (tf32x3_on_fma(p)) return launch_fma_gemm(p, stream);
     if (tf32x3_in_skinny(p))
-      return launch_skinny_gemm(kmajor_view(p), /*wide=*/false, /*split3=*/true, stream);
+      return launch_skinny_gemm(kmajor_view(p), /*wide=*/false, SkinnyMath::kTf32x3, stream);
     const Staging s = plan_staging(p, false, true);
     auto* ws = static_cast<uint8_t*>(workspace);
     const cudaError_t err = launch_staging(p, s, ws, stream);
