@@ -5,7 +5,7 @@ GPU, the shape, the layouts and the alignment. ``PYGPUKIT_KERNEL`` in the
 environment, read on every call, overrides that choice; :func:`force_kernel`
 sets it for the duration of a ``with`` block. A forced kernel that cannot run
 a given problem (``wgmma`` off Hopper, ``mma_sync_large`` with unaligned
-operands, ``skinny`` with more than 16 rows) falls back to the automatic
+operands, ``skinny`` with more than 16 rows, ``gemv`` with more than one) falls back to the automatic
 choice, and so does a value of ``PYGPUKIT_KERNEL`` that is not a kernel name;
 :func:`pygpukit_torch.kernel_info` tells what a call actually runs. CPU
 tensors always run the CPU emulation.
@@ -23,7 +23,8 @@ from typing import Iterator
 
 from ._env import environment_variable
 
-KERNELS = ("auto", "wgmma", "mma_sync", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "skinny", "fma")
+KERNELS = ("auto", "wgmma", "mma_sync", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "skinny",
+           "gemv", "fma")
 _ENV = "PYGPUKIT_KERNEL"
 
 
@@ -38,6 +39,10 @@ def force_kernel(kernel: str) -> Iterator[None]:
             ``mma_sync_large|medium|small``: one tile configuration.
             ``skinny``: the decode-sized-M kernel (M <= 16, both operands
             K-major as in ``F.linear``, 16-byte aligned; sm_80 and newer).
+            ``gemv``: the single-row kernel (M = 1, FP32 FMAs whatever the
+            precision; the same operand rules as ``skinny``), which the
+            automatic choice takes for every such row; forcing another
+            kernel runs that one instead.
             ``fma``: the FP32 CUDA-core kernel. ``auto``: the dispatcher's
             choice.
 

@@ -28,7 +28,7 @@ def kernel_runs_here(kernel: str) -> bool:
     """Whether a forced `kernel` really runs on this GPU (the dispatcher falls
     back to its own choice otherwise, which would only repeat 'auto'). The
     probe is x @ w.T, with one row of x for the skinny (decode) kernel."""
-    x = torch.empty(1 if kernel == "skinny" else 512, 512, device="cuda")
+    x = torch.empty(1 if kernel in ("skinny", "gemv") else 512, 512, device="cuda")
     w = torch.empty(512, 512, device="cuda")
     with pygpukit_torch.force_kernel(kernel):
         return pygpukit_torch.kernel_info(x, w.t()).startswith(kernel)

@@ -13,13 +13,14 @@ import torch.nn.functional as F
 import pygpukit_torch
 
 torch.manual_seed(0)
-# (3, 300, 1000): split-K on wgmma. skinny runs the cases with m <= 16 where
-# both operands are K-major and 16-byte aligned (b transposed, no offset; linear_tf32).
+# (3, 300, 1000): split-K on wgmma. skinny and gemv (forced) run the cases
+# with m <= 16 and m = 1 where both operands are K-major and 16-byte aligned
+# (b transposed, no offset; linear_tf32).
 # The last case gives the skinny kernel its 32-column tile (two CTAs per SM)
 # with a last CTA of 31 columns.
 wide_n = 2 * 32 * torch.cuda.get_device_properties(0).multi_processor_count + 31
 cases = [(1, 1, 1), (67, 45, 131), (130, 260, 37), (257, 129, 65), (3, 300, 1000), (7, 37, 1004), (16, wide_n, 65)]
-for kernel in ("wgmma", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "skinny", "fma"):
+for kernel in ("wgmma", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "skinny", "gemv", "fma"):
     os.environ["PYGPUKIT_KERNEL"] = kernel
     for m, n, k in cases:
         for ta in (False, True):
@@ -47,14 +48,18 @@ for kernel in ("wgmma", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "
             # has a slope above 1.13.
             scale = float((F.linear(x.double().abs(), w.double().abs(), b.double().abs())).norm())
             assert err <= 2e-3 * scale, (kernel, act, m, n, k, err, scale)
-# precision="ieee" with one row of x: the skinny kernel's FP32 variant (K
-# tails, a partial last CTA, 1-D x, the fused epilogue). K is a multiple of 4:
-# the kernel's cp.async needs 16-byte aligned rows, else the FMA kernel runs.
+# One row of x: the GEMV, for every K-slice count (N = per_sm x SMs + 1 takes
+# 8, 4, 2 and 1 slices, dispatch.cu's gemv_choice) with K tails, a 1-D x
+# (any K) and weight rows 16-byte aligned (a view of padded rows), the fused
+# epilogue, and a repeated last row in the last CTA.
 os.environ["PYGPUKIT_KERNEL"] = "auto"
-for n, k in ((1, 4), (45, 132), (300, 1000), (37, 1004)):
-    x, w, b = torch.randn(k, device="cuda"), torch.randn(n, k, device="cuda"), torch.randn(n, device="cuda")
-    assert "FP32 FMAs" in pygpukit_torch.kernel_info(x, w.t(), precision="ieee")
-    out = pygpukit_torch.linear_tf32(x, w, b, "gelu", precision="ieee")
+sms = torch.cuda.get_device_properties(0).multi_processor_count
+for per_sm, k in ((0, 1), (0, 131), (5, 1004), (10, 131), (20, 65), (40, 1000)):
+    n = per_sm * sms + 45
+    x, b = torch.randn(k, device="cuda"), torch.randn(n, device="cuda")
+    w = torch.randn(n, (k + 3) // 4 * 4, device="cuda")[:, :k]
+    assert pygpukit_torch.kernel_info(x, w.t()).startswith("gemv")
+    out = pygpukit_torch.linear_tf32(x, w, b, "gelu")
     ref = F.gelu(F.linear(x.double(), w.double(), b.double()))
     assert float((out.double() - ref).norm() / ref.norm()) < 1e-5, (n, k)
 torch.cuda.synchronize()

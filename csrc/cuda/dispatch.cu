@@ -9,6 +9,7 @@
 
 #include "fma_gemm.h"
 #include "gemm_problem.h"
+#include "gemv.h"
 #include "mma_sync_config.h"
 #include "pack_kmajor.h"
 #include "skinny_gemm.h"
@@ -49,14 +50,14 @@ enum class Kernel {
   kWgmmaLarge, kWgmmaSquare, kWgmmaMedium, kWgmmaNarrow, kWgmmaPromotedLarge,
   kWgmmaPromotedMedium,
   kMmaSyncLarge, kMmaSyncMedium, kMmaSyncSmall, kMmaSyncPromoted,
-  kSkinny, kSkinnyWide, kSkinnyFp32,
+  kSkinny, kSkinnyWide, kGemv,
   kFma
 };
 
 struct Choice {
   Kernel kernel;
   bool vec16 = false;  // 16-byte loads (mma_sync; always for skinny)
-  int splits = 1;      // split-K ranges (wgmma only)
+  int splits = 1;      // split-K ranges (wgmma) or K-slices per output (gemv)
 };
 
 bool is_wgmma(Kernel k) {
@@ -162,6 +163,23 @@ bool skinny_runs(const GemmProblem& p) {
          q.layout_b == Layout::kColMajor && aligned16(q.A, q.lda, 0) && aligned16(q.B, q.ldb, 0);
 }
 
+// Whether the GEMV can run `p` (gemv.h): one row of A, and the operand
+// requirements of the skinny kernel.
+bool gemv_runs(const GemmProblem& p) { return p.M == 1 && skinny_runs(p); }
+
+// The GEMV for `p` with its K-slices per output: the fewest that give ~30
+// warps per SM (8-warp CTAs of 34-44 registers, 8 of which fit an SM). H200,
+// graph-timed at M = 1, K = 4096, 1 / 2 / 4 / 8 slices: N = 4096 18.1 /
+// 21.3 / 23.7 / 23.7 us; N = 2048 12.0 / 11.4 / 12.8 / 14.1; N = 1024 10.0 /
+// 8.6 / 7.3 / 8.1; N = 512 9.4 / 7.6 / 5.7 / 4.9 (session 6). Within a row,
+// more slices mean shorter streams, and at N >= 4096 one warp per row wins.
+constexpr int64_t kGemvWarpsPerSm = 30;
+Choice gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
+  int slices = 1;
+  while (slices < kGemvMaxSlices && p.N * slices < kGemvWarpsPerSm * d.sm_count) slices *= 2;
+  return {Kernel::kGemv, true, slices};
+}
+
 // The largest M the automatic choice gives the skinny kernel, which reads B
 // once whatever M is: on the H200 at 4096 x 4096 it took 21-23 us at M = 1
 // to 16 against the wgmma path's 44-45 us (session 3: 64x256 tiles,
@@ -212,15 +230,15 @@ Choice skinny_choice(const GemmProblem& p, Precision precision, const DeviceInfo
 
 // PYGPUKIT_KERNEL forces a kernel family or configuration, for tests and
 // benchmarks: auto (default), wgmma, mma_sync (the family, automatic tile),
-// mma_sync_large, mma_sync_medium, mma_sync_small, skinny, fma. A forced
+// mma_sync_large, mma_sync_medium, mma_sync_small, skinny, gemv, fma. A forced
 // kernel that cannot run the problem (wgmma off Hopper, large tile with
 // unaligned operands, too little shared memory, skinny with M > 16 or an
 // operand that is not K-major and 16-byte aligned) falls back to the
 // automatic choice rather than fail; so does a name that is none of these (a
 // typo must not quietly turn the Hopper path off).
 std::string forced_kernel() {
-  static const std::array<const char*, 7> kForceable = {
-      "wgmma", "mma_sync", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "skinny", "fma"};
+  static const std::array<const char*, 8> kForceable = {
+      "wgmma", "mma_sync", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "skinny", "gemv", "fma"};
   const char* env = std::getenv("PYGPUKIT_KERNEL");
   for (const char* name : kForceable)
     if (env != nullptr && std::string(env) == name) return name;
@@ -228,18 +246,16 @@ std::string forced_kernel() {
 }
 
 // For kTF32x3, `p` is the staged problem (3K columns of big and small parts),
-// except in tf32x3_in_skinny, which asks about the unsplit operands.
+// except in tf32x3_unstaged, which asks about the unsplit operands.
 Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   // mma.sync TF32 and the skinny kernel's cp.async need sm_80.
   if (d.cc_major < 8) return {Kernel::kFma};
   const std::string forced = forced_kernel();
-  // FP32 precision never uses tensor cores: the skinny kernel's FMA variant
-  // for a single row (a GEMV, bound by B's bytes like the TF32 one), else the
-  // FMA kernel.
-  if (precision == Precision::kIEEE) {
-    const bool gemv = p.M == 1 && skinny_runs(p) && (forced == "auto" || forced == "skinny");
-    return {gemv ? Kernel::kSkinnyFp32 : Kernel::kFma, gemv};
-  }
+  // One row of A, any precision: the FP32 GEMV, unless another kernel is
+  // forced. FP32 precision otherwise never uses tensor cores: the FMA kernel.
+  const bool gemv = gemv_runs(p);
+  if (gemv && (forced == "auto" || forced == "gemv")) return gemv_choice(p, d);
+  if (precision == Precision::kIEEE) return {Kernel::kFma};
   const bool vec16 = aligned16(p.A, p.lda, p.batch_stride_a) &&
                      aligned16(p.B, p.ldb, p.batch_stride_b);
   if (forced == "fma") return {Kernel::kFma};
@@ -252,6 +268,7 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   // From here on the automatic choice: unforced, or forced to a kernel that
   // cannot run `p`; "mma_sync" alone keeps to the mma.sync tiles.
   const bool automatic = forced != "mma_sync";
+  if (automatic && gemv) return gemv_choice(p, d);
   // Decode-sized M on any sm_80+ GPU: B streamed once, no split-K pass.
   if (automatic && skinny_runs(p) && skinny_preferred(p, precision, d))
     return skinny_choice(p, precision, d);
@@ -446,11 +463,12 @@ bool tf32x3_on_fma(const GemmProblem& p) {
   return choose(p, Precision::kTF32, device_info(current_device())).kernel == Kernel::kFma;
 }
 
-// 3xTF32 on operands the skinny kernel reads in place: it splits them in
-// registers, which saves the pack (three copies of the weight per call).
-bool tf32x3_in_skinny(const GemmProblem& p) {
+// 3xTF32 on the unsplit operands, read in place, which saves the pack (three
+// copies of the weight per call): the skinny kernel splits them in
+// registers, the GEMV computes in FP32, at least as accurate as 3xTF32.
+bool tf32x3_unstaged(const GemmProblem& p) {
   const Kernel k = choose(p, Precision::kTF32x3, device_info(current_device())).kernel;
-  return k == Kernel::kSkinny || k == Kernel::kSkinnyWide;
+  return k == Kernel::kSkinny || k == Kernel::kSkinnyWide || k == Kernel::kGemv;
 }
 
 // Workspace, launch and name of what choose() picks for `p`; for kTF32x3,
@@ -485,9 +503,9 @@ cudaError_t run_chosen(const GemmProblem& p, Precision precision, void* workspac
     case Kernel::kSkinny:
     case Kernel::kSkinnyWide:
       return launch_skinny_gemm(kmajor_view(p), c.kernel == Kernel::kSkinnyWide,
-                                SkinnyMath::kTf32, stream);
-    case Kernel::kSkinnyFp32:
-      return launch_skinny_gemm(kmajor_view(p), /*wide=*/false, SkinnyMath::kFp32, stream);
+                                /*split3=*/precision == Precision::kTF32x3, stream);
+    case Kernel::kGemv:
+      return launch_gemv(kmajor_view(p), c.splits, stream);
     case Kernel::kFma:
     default:
       return launch_fma_gemm(p, stream);
@@ -526,8 +544,9 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
     case Kernel::kSkinnyWide:
       name = skinny_name<SkinnyWide>();
       break;
-    case Kernel::kSkinnyFp32:
-      name = skinny_name<SkinnyNarrow>() + ", FP32 FMAs (M = 1)";
+    case Kernel::kGemv:
+      name = "gemv, FP32 FMAs, " + std::to_string(c.splits) + " K-slice" +
+             (c.splits > 1 ? "s" : "") + " per output";
       break;
     case Kernel::kFma:
       name = "fma";
@@ -543,7 +562,7 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
 
 size_t gemm_workspace_bytes(const GemmProblem& p, Precision precision) {
   if (precision == Precision::kTF32x3) {
-    if (tf32x3_on_fma(p) || tf32x3_in_skinny(p)) return 0;
+    if (tf32x3_on_fma(p) || tf32x3_unstaged(p)) return 0;
     const Staging s = plan_staging(p, false, true);
     return s.bytes_a + s.bytes_b +
            chosen_workspace_bytes(staged_problem(p, s, kAlignedStandIn), precision);
@@ -555,8 +574,7 @@ cudaError_t run_gemm(const GemmProblem& p, Precision precision, void* workspace,
                      cudaStream_t stream) {
   if (precision == Precision::kTF32x3) {
     if (tf32x3_on_fma(p)) return launch_fma_gemm(p, stream);
-    if (tf32x3_in_skinny(p))
-      return launch_skinny_gemm(kmajor_view(p), /*wide=*/false, SkinnyMath::kTf32x3, stream);
+    if (tf32x3_unstaged(p)) return run_chosen(p, precision, workspace, stream);
     const Staging s = plan_staging(p, false, true);
     auto* ws = static_cast<uint8_t*>(workspace);
     const cudaError_t err = launch_staging(p, s, ws, stream);
@@ -569,9 +587,11 @@ cudaError_t run_gemm(const GemmProblem& p, Precision precision, void* workspace,
 std::string describe_gemm(const GemmProblem& p, Precision precision) {
   if (precision == Precision::kTF32x3) {
     if (tf32x3_on_fma(p)) return "fma (3xTF32 without TF32 tensor cores: plain FP32)";
-    if (tf32x3_in_skinny(p))
-      return "3xTF32 (A, B split into big and small TF32 parts in registers) on " +
-             describe_chosen(p, precision);
+    if (tf32x3_unstaged(p)) {
+      const std::string name = describe_chosen(p, precision);
+      if (name.rfind("gemv", 0) == 0) return "FP32 (one row: at least as accurate as 3xTF32) on " + name;
+      return "3xTF32 (A, B split into big and small TF32 parts in registers) on " + name;
+    }
     const Staging s = plan_staging(p, false, true);
     return "3xTF32 (A, B split into big and small TF32 parts, 3K columns) on " +
            describe_chosen(staged_problem(p, s, kAlignedStandIn), precision);

@@ -1,6 +1,5 @@
-// The decode-sized-M GEMM (skinny_gemm.h): mma.sync.m16n8k8 (TF32, 3xTF32)
-// or, for one row in FP32, FMAs fed straight from global memory, B streamed
-// once with 16-byte loads, K split
+// The decode-sized-M TF32 GEMM (skinny_gemm.h): mma.sync.m16n8k8 fed
+// straight from global memory, B streamed once with 16-byte loads, K split
 // over the warps of a CTA and summed in shared memory in a fixed order. See
 // "Decode-sized M: the skinny kernel" in docs/tf32_tensorcore_design.md.
 #include "skinny_gemm.h"
@@ -9,6 +8,7 @@
 
 #include "epilogue.cuh"
 #include "launch_util.h"
+#include "load_chunk.cuh"
 #include "ptx.cuh"
 #include "tf32_split.cuh"
 #include "tile_raster.cuh"
@@ -24,19 +24,6 @@ struct LoadBlock {
   uint4 b[Cfg::kMmaN][2];
   uint4 a[2][2];
 };
-
-// The chunk of 4 floats at `p`, of which only the first `left` lie inside
-// K (the others, and all when left <= 0, are zeros). Only the last load
-// block of a row, the K tail, comes here; the scalar loads keep it from
-// reading past the end of a row whose K is not a multiple of 4.
-__device__ __forceinline__ uint4 load_tail_chunk(const float* p, int64_t left) {
-  if (left >= 4) return __ldg(reinterpret_cast<const uint4*>(p));
-  uint4 v = make_uint4(0, 0, 0, 0);
-  if (left > 0) v.x = __float_as_uint(__ldg(p));
-  if (left > 1) v.y = __float_as_uint(__ldg(p + 1));
-  if (left > 2) v.z = __float_as_uint(__ldg(p + 2));
-  return v;
-}
 
 // Loads the A chunks of the block at k0 into `a`. a_row points at the
 // lane's first chunk (k = 4t) of its rows, nullptr for rows past M, which
@@ -189,32 +176,9 @@ __device__ __forceinline__ void mma_block(const Fragments<Cfg>& f, float (&acc)[
     }
 }
 
-// FP32 (M == 1): every lane holds x's chunks at its own k (the A chunks of
-// "row 0", see the kernel) and multiplies them into its B rows' chunks, one
-// FMA per element in k order: acc[j][0] sums column 8j + g over this lane's
-// k. No rounding, no tensor cores.
-template <class Cfg>
-__device__ __forceinline__ void fma_block(const LoadBlock<Cfg>& f, float (&acc)[Cfg::kMmaN][4]) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const uint4 x = f.a[0][h];
-#pragma unroll
-    for (int j = 0; j < Cfg::kMmaN; ++j) {
-      const uint4 w = f.b[j][h];
-      float& a = acc[j][0];
-      a = fmaf(__uint_as_float(x.x), __uint_as_float(w.x), a);
-      a = fmaf(__uint_as_float(x.y), __uint_as_float(w.y), a);
-      a = fmaf(__uint_as_float(x.z), __uint_as_float(w.z), a);
-      a = fmaf(__uint_as_float(x.w), __uint_as_float(w.w), a);
-    }
-  }
-}
-
 // Two CTAs per SM (at most 128 registers).
-template <class Cfg, SkinnyMath kMath>
+template <class Cfg, bool kSplit3>
 __global__ void __launch_bounds__(Cfg::kThreads, 2) skinny_gemm_kernel(const GemmProblem p) {
-  constexpr bool kSplit3 = kMath == SkinnyMath::kTf32x3;
-  constexpr bool kFp32 = kMath == SkinnyMath::kFp32;
   // Each K-slice's partial 16 x kBlockN sums, [slice][row][column].
   __shared__ float partial[Cfg::kSlices][Cfg::kMaxM][Cfg::kBlockN];
   // The B rings, Cfg::kStagesB slots per warp.
@@ -231,14 +195,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) skinny_gemm_kernel(const Gem
     const int64_t n = n0 + 8 * j + g;
     b_row[j] = n < p.N ? p.B + n * p.ldb + 4 * t : nullptr;
   }
-  // The A chunks each lane loads: rows g and g + 8 for the MMA fragments;
-  // for FP32 (M == 1) x's single row in every lane, so that each lane has x
-  // at the k of its own B chunks.
   const float* a_row[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const int m = kFp32 ? 0 : g + 8 * i;
-    a_row[i] = (kFp32 ? i == 0 : m < p.M) ? p.A + m * p.lda + 4 * t : nullptr;
+    const int m = g + 8 * i;
+    a_row[i] = m < p.M ? p.A + m * p.lda + 4 * t : nullptr;
   }
 
   // This warp's K-slice, load blocks [first, last), the slices as even as
@@ -283,52 +244,31 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) skinny_gemm_kernel(const Gem
 #pragma unroll
           for (int i = 0; i < 2; ++i) f.a[i][h] = ring_a[s][i][h];
         }
+        const Fragments<Cfg> frag = to_fragments<Cfg, kSplit3>(f);
         // Refill the B slot read one block ago (its values are in
-        // registers) and this A ring entry, then compute on the copies.
-        auto refill = [&] {
-          issue_b(block + s + Cfg::kStagesB - 1);
-          if (block + s + Cfg::kStages < last) load_a(ring_a[s], block + s + Cfg::kStages);
-        };
-        if constexpr (kFp32) {
-          refill();
-          fma_block<Cfg>(f, acc);
-        } else {
-          const Fragments<Cfg> frag = to_fragments<Cfg, kSplit3>(f);
-          refill();
-          // Each block's MMAs start from zero and are added to acc with FP32
-          // adds: the tensor cores' accumulation is not rounded to nearest
-          // and its error grows with the chain (see
-          // WgmmaConfig::kPromoteKTiles), which matters for 3xTF32 and its
-          // 3K-long slices.
-          float block_sum[Cfg::kMmaN][4] = {};
-          mma_block<Cfg, kSplit3>(frag, block_sum);
+        // registers) and this A ring entry.
+        issue_b(block + s + Cfg::kStagesB - 1);
+        if (block + s + Cfg::kStages < last) load_a(ring_a[s], block + s + Cfg::kStages);
+        // Each block's MMAs start from zero and are added to acc with FP32
+        // adds: the tensor cores' accumulation is not rounded to nearest and
+        // its error grows with the chain (see WgmmaConfig::kPromoteKTiles),
+        // which matters for 3xTF32 and its 3K-long slices.
+        float block_sum[Cfg::kMmaN][4] = {};
+        mma_block<Cfg, kSplit3>(frag, block_sum);
 #pragma unroll
-          for (int j = 0; j < Cfg::kMmaN; ++j)
+        for (int j = 0; j < Cfg::kMmaN; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) acc[j][e] += block_sum[j][e];
-        }
+          for (int e = 0; e < 4; ++e) acc[j][e] += block_sum[j][e];
       }
     }
   }
 
-  if constexpr (kFp32) {
-    // Column 8j + g: the 4 lanes of group g, in a fixed order (t ^ 1, then
-    // t ^ 2: every lane ends with the same sum); row 0 only.
+  // C fragment: acc[j] = (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1) of n8 tile j.
 #pragma unroll
-    for (int j = 0; j < Cfg::kMmaN; ++j) {
-      float v = acc[j][0];
-      v += __shfl_xor_sync(0xffffffffu, v, 1);
-      v += __shfl_xor_sync(0xffffffffu, v, 2);
-      if (t == 0) partial[slice][0][8 * j + g] = v;
-    }
-  } else {
-    // C fragment: acc[j] = (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1) of n8 tile j.
-#pragma unroll
-    for (int j = 0; j < Cfg::kMmaN; ++j) {
-      const int col = 8 * j + 2 * t;
-      *reinterpret_cast<float2*>(&partial[slice][g][col]) = make_float2(acc[j][0], acc[j][1]);
-      *reinterpret_cast<float2*>(&partial[slice][g + 8][col]) = make_float2(acc[j][2], acc[j][3]);
-    }
+  for (int j = 0; j < Cfg::kMmaN; ++j) {
+    const int col = 8 * j + 2 * t;
+    *reinterpret_cast<float2*>(&partial[slice][g][col]) = make_float2(acc[j][0], acc[j][1]);
+    *reinterpret_cast<float2*>(&partial[slice][g + 8][col]) = make_float2(acc[j][2], acc[j][3]);
   }
   __syncthreads();
 
@@ -346,9 +286,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) skinny_gemm_kernel(const Gem
   }
 }
 
-template <class Cfg, SkinnyMath kMath>
+template <class Cfg, bool kSplit3>
 cudaError_t launch(const GemmProblem& p, cudaStream_t stream) {
-  auto kernel = skinny_gemm_kernel<Cfg, kMath>;
+  auto kernel = skinny_gemm_kernel<Cfg, kSplit3>;
   static std::atomic<uint64_t> smem_configured{0};
   cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kRingBytes,
                                        smem_configured);
@@ -359,18 +299,10 @@ cudaError_t launch(const GemmProblem& p, cudaStream_t stream) {
 
 }  // namespace
 
-cudaError_t launch_skinny_gemm(const GemmProblem& p, bool wide, SkinnyMath math,
+cudaError_t launch_skinny_gemm(const GemmProblem& p, bool wide, bool split3,
                                cudaStream_t stream) {
-  switch (math) {
-    case SkinnyMath::kTf32x3:
-      return launch<SkinnyNarrow, SkinnyMath::kTf32x3>(p, stream);
-    case SkinnyMath::kFp32:
-      return p.M == 1 ? launch<SkinnyNarrow, SkinnyMath::kFp32>(p, stream) : cudaErrorInvalidValue;
-    case SkinnyMath::kTf32:
-    default:
-      return wide ? launch<SkinnyWide, SkinnyMath::kTf32>(p, stream)
-                  : launch<SkinnyNarrow, SkinnyMath::kTf32>(p, stream);
-  }
+  if (split3) return launch<SkinnyNarrow, true>(p, stream);
+  return wide ? launch<SkinnyWide, false>(p, stream) : launch<SkinnyNarrow, false>(p, stream);
 }
 
 }  // namespace pygpukit

@@ -1,7 +1,6 @@
-// The decode-sized-M GEMM ("skinny"): C = epilogue(A @ B) for at most 16
-// rows of A, both operands K-major (x @ weight.T of nn.Linear), with B
-// streamed from global memory into mma.sync fragments (or, for one row in
-// FP32, FMAs) exactly once. Its
+// The decode-sized-M TF32 GEMM ("skinny"): C = epilogue(A @ B) for at most
+// 16 rows of A, both operands K-major (x @ weight.T of nn.Linear), with B
+// streamed from global memory into mma.sync fragments exactly once. Its
 // configuration and launcher; the kernel is in skinny_gemm.cu, the rule
 // that picks it in dispatch.cu.
 #pragma once
@@ -60,27 +59,16 @@ using SkinnyNarrow = SkinnyConfig<2, 4>;
 // warps per SM as two narrow CTAs) took 21.5-24.6 us there.
 using SkinnyWide = SkinnyConfig<4, 2>;
 
-// The arithmetic of one skinny launch.
-enum class SkinnyMath {
-  kTf32,    // operands rounded to TF32, m16n8k8 MMAs
-  kTf32x3,  // 3xTF32: operands split into big and small TF32 parts in registers
-  kFp32,    // M == 1 only: plain FP32 FMAs on the CUDA cores (precision "ieee")
-};
-
 // Requires batch == 1, 1 <= M <= kMaxM (16), N, K >= 1, A row-major and B
 // column-major (layout fields are not read: A(m, k) at A[m * lda + k],
 // B(k, n) at B[n * ldb + k]), A, B 16-byte aligned and lda, ldb multiples of
 // 4. Any K (a zero-filled tail), N, ldc and epilogue. Deterministic: the
 // K-slices are always added in the same order, with no atomics. wide: the
-// SkinnyWide tile, else SkinnyNarrow (TF32 only: 3xTF32 and FP32 always run
-// the narrow tile). kTf32x3 splits each operand into big and small TF32
-// parts in registers (tf32_split.cuh) and runs three MMAs per k8 step, from
-// the unsplit operands (the wide tile's registers do not hold the split
-// parts without spilling). kFp32 (M == 1): each lane's products are summed
-// with FMAs in a fixed order, then over the 4 lanes of a row and the
-// K-slices: FP32 accuracy at the same stream of B, where the tensor cores
-// would only add rounding.
-cudaError_t launch_skinny_gemm(const GemmProblem& problem, bool wide, SkinnyMath math,
+// SkinnyWide tile, else SkinnyNarrow. split3: 3xTF32, each operand split
+// into big and small TF32 parts in registers (tf32_split.cuh) and three MMAs
+// per k8 step, from the unsplit operands; always on the narrow tile (the
+// wide one's registers do not hold the split parts without spilling).
+cudaError_t launch_skinny_gemm(const GemmProblem& problem, bool wide, bool split3,
                                cudaStream_t stream);
 
 }  // namespace pygpukit

@@ -1,0 +1,99 @@
+// The single-row GEMM (gemv.h): kSlices warps per weight row, each one
+// K-slice, lanes side by side along K, FP32 FMAs, the lanes summed with
+// shuffles and the slices in shared memory. See "One row of x: the GEMV" in
+// docs/tf32_tensorcore_design.md.
+#include "gemv.h"
+
+#include "epilogue.cuh"
+#include "load_chunk.cuh"
+#include "tile_raster.cuh"
+
+namespace pygpukit {
+namespace {
+
+// acc += the dot product of the chunks x and w, element by element in k order.
+__device__ __forceinline__ float fma_chunk(float acc, uint4 x, uint4 w) {
+  acc = fmaf(__uint_as_float(x.x), __uint_as_float(w.x), acc);
+  acc = fmaf(__uint_as_float(x.y), __uint_as_float(w.y), acc);
+  acc = fmaf(__uint_as_float(x.z), __uint_as_float(w.z), acc);
+  return fmaf(__uint_as_float(x.w), __uint_as_float(w.w), acc);
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads) gemv_kernel(const GemmProblem p) {
+  constexpr int kC = Cfg::kChunks;
+  // Each slice's sum for each row of the CTA.
+  __shared__ float partial[Cfg::kRowsPerCta][Cfg::kSlices];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int row = warp / Cfg::kSlices, slice = warp % Cfg::kSlices;
+  const int64_t n = int64_t(blockIdx.x) * Cfg::kRowsPerCta + row;
+  // Slices of whole 512-byte lane rows (16-byte aligned starts), as even as
+  // that allows; the last may be shorter or empty.
+  const int64_t slice_k = ceil_div(ceil_div(p.K, Cfg::kSlices), 128) * 128;
+  const int64_t k_begin = slice * slice_k < p.K ? slice * slice_k : p.K;
+  const int64_t k_end = k_begin + slice_k < p.K ? k_begin + slice_k : p.K;
+  // Rows past N repeat row N - 1: read, never stored.
+  const float* const w = p.B + (n < p.N ? n : p.N - 1) * p.ldb + 4 * lane;
+  const float* const x = p.A + 4 * lane;
+
+  float acc = 0.f;
+  // Whole steps: plain 16-byte loads, the weight's marked streaming
+  // (evict-first) so that it does not push x out of L1.
+  const int64_t body_end = k_begin + (k_end - k_begin) / Cfg::kStepK * Cfg::kStepK;
+  for (int64_t k0 = k_begin; k0 < body_end; k0 += Cfg::kStepK) {
+    uint4 xv[kC], wv[kC];
+#pragma unroll
+    for (int c = 0; c < kC; ++c) {
+      xv[c] = __ldg(reinterpret_cast<const uint4*>(x + k0 + 128 * c));
+      wv[c] = __ldcs(reinterpret_cast<const uint4*>(w + k0 + 128 * c));
+    }
+#pragma unroll
+    for (int c = 0; c < kC; ++c) acc = fma_chunk(acc, xv[c], wv[c]);
+  }
+  // The slice's tail, less than one step: chunks past its end are zeros.
+#pragma unroll
+  for (int c = 0; c < kC; ++c) {
+    const int64_t k = body_end + 128 * c;
+    const int64_t left = k_end - (k + 4 * lane);
+    acc = fma_chunk(acc, load_tail_chunk(x + k, left), load_tail_chunk(w + k, left));
+  }
+  // The 32 lanes' sums in a fixed butterfly (every lane ends with the total).
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+
+  if constexpr (Cfg::kSlices == 1) {
+    if (lane == 0 && n < p.N) p.C[n] = epilogue_value(p.epilogue, acc, n);
+  } else {
+    if (lane == 0) partial[row][slice] = acc;
+    __syncthreads();
+    // The slices added in slice order, the same every run.
+    const int64_t n_out = int64_t(blockIdx.x) * Cfg::kRowsPerCta + threadIdx.x;
+    if (threadIdx.x < Cfg::kRowsPerCta && n_out < p.N) {
+      float sum = partial[threadIdx.x][0];
+#pragma unroll
+      for (int s = 1; s < Cfg::kSlices; ++s) sum += partial[threadIdx.x][s];
+      p.C[n_out] = epilogue_value(p.epilogue, sum, n_out);
+    }
+  }
+}
+
+template <class Cfg>
+cudaError_t launch(const GemmProblem& p, cudaStream_t stream) {
+  gemv_kernel<Cfg><<<unsigned(Cfg::ctas(p.N)), Cfg::kThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_gemv(const GemmProblem& p, int slices, cudaStream_t stream) {
+  static_assert(GemvConfig<kGemvMaxSlices>::kRowsPerCta == 1, "the most slices fill a CTA");
+  switch (slices) {
+    case 1: return launch<GemvConfig<1>>(p, stream);
+    case 2: return launch<GemvConfig<2>>(p, stream);
+    case 4: return launch<GemvConfig<4>>(p, stream);
+    case 8: return launch<GemvConfig<8>>(p, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace pygpukit
