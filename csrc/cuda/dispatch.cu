@@ -168,7 +168,7 @@ bool skinny_runs(const GemmProblem& p) {
 bool gemv_runs(const GemmProblem& p) { return p.M == 1 && skinny_runs(p); }
 
 // The GEMV for `p` with its K-slices per output: the fewest that give ~30
-// warps per SM (8-warp CTAs of 34-44 registers, 8 of which fit an SM). H200,
+// warps per SM (8-warp CTAs of 52-58 registers, 4 of which fit an SM). H200,
 // graph-timed at M = 1, K = 4096, 1 / 2 / 4 / 8 slices: N = 4096 18.1 /
 // 21.3 / 23.7 / 23.7 us; N = 2048 12.0 / 11.4 / 12.8 / 14.1; N = 1024 10.0 /
 // 8.6 / 7.3 / 8.1; N = 512 9.4 / 7.6 / 5.7 / 4.9 (session 6). Within a row,

@@ -11,12 +11,13 @@
 namespace pygpukit {
 namespace {
 
-// acc += the dot product of the chunks x and w, element by element in k order.
-__device__ __forceinline__ float fma_chunk(float acc, uint4 x, uint4 w) {
-  acc = fmaf(__uint_as_float(x.x), __uint_as_float(w.x), acc);
-  acc = fmaf(__uint_as_float(x.y), __uint_as_float(w.y), acc);
-  acc = fmaf(__uint_as_float(x.z), __uint_as_float(w.z), acc);
-  return fmaf(__uint_as_float(x.w), __uint_as_float(w.w), acc);
+// acc.e += x.e * w.e for the four elements e of the chunks: four running
+// sums, one per element position.
+__device__ __forceinline__ void fma_chunk(float4& acc, uint4 x, uint4 w) {
+  acc.x = fmaf(__uint_as_float(x.x), __uint_as_float(w.x), acc.x);
+  acc.y = fmaf(__uint_as_float(x.y), __uint_as_float(w.y), acc.y);
+  acc.z = fmaf(__uint_as_float(x.z), __uint_as_float(w.z), acc.z);
+  acc.w = fmaf(__uint_as_float(x.w), __uint_as_float(w.w), acc.w);
 }
 
 template <class Cfg>
@@ -36,7 +37,13 @@ __global__ void __launch_bounds__(Cfg::kThreads) gemv_kernel(const GemmProblem p
   const float* const w = p.B + (n < p.N ? n : p.N - 1) * p.ldb + 4 * lane;
   const float* const x = p.A + 4 * lane;
 
-  float acc = 0.f;
+  // 4 x kChunks running sums per lane (chunk c of each step, element e of
+  // the chunk), each over only K / (512 kChunks) products: shorter chains
+  // than one sum per lane, so less rounding error (a single chain was ~1.4x
+  // cuBLAS FP32's error at K = 4096) and no serial dependence of the FMAs.
+  float4 acc[kC];
+#pragma unroll
+  for (int c = 0; c < kC; ++c) acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
   // Whole steps: plain 16-byte loads, the weight's marked streaming
   // (evict-first) so that it does not push x out of L1.
   const int64_t body_end = k_begin + (k_end - k_begin) / Cfg::kStepK * Cfg::kStepK;
@@ -48,23 +55,32 @@ __global__ void __launch_bounds__(Cfg::kThreads) gemv_kernel(const GemmProblem p
       wv[c] = __ldcs(reinterpret_cast<const uint4*>(w + k0 + 128 * c));
     }
 #pragma unroll
-    for (int c = 0; c < kC; ++c) acc = fma_chunk(acc, xv[c], wv[c]);
+    for (int c = 0; c < kC; ++c) fma_chunk(acc[c], xv[c], wv[c]);
   }
   // The slice's tail, less than one step: chunks past its end are zeros.
 #pragma unroll
   for (int c = 0; c < kC; ++c) {
     const int64_t k = body_end + 128 * c;
     const int64_t left = k_end - (k + 4 * lane);
-    acc = fma_chunk(acc, load_tail_chunk(x + k, left), load_tail_chunk(w + k, left));
+    fma_chunk(acc[c], load_tail_chunk(x + k, left), load_tail_chunk(w + k, left));
   }
-  // The 32 lanes' sums in a fixed butterfly (every lane ends with the total).
+  // The lane's sums pairwise in a fixed order, then the 32 lanes' in a fixed
+  // butterfly (every lane ends with the total).
+  float sums[kC];
 #pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+  for (int c = 0; c < kC; ++c) sums[c] = (acc[c].x + acc[c].y) + (acc[c].z + acc[c].w);
+#pragma unroll
+  for (int width = kC / 2; width > 0; width /= 2)
+#pragma unroll
+    for (int c = 0; c < width; ++c) sums[c] += sums[c + width];
+  float total = sums[0];
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(0xffffffffu, total, offset);
 
   if constexpr (Cfg::kSlices == 1) {
-    if (lane == 0 && n < p.N) p.C[n] = epilogue_value(p.epilogue, acc, n);
+    if (lane == 0 && n < p.N) p.C[n] = epilogue_value(p.epilogue, total, n);
   } else {
-    if (lane == 0) partial[row][slice] = acc;
+    if (lane == 0) partial[row][slice] = total;
     __syncthreads();
     // The slices added in slice order, the same every run.
     const int64_t n_out = int64_t(blockIdx.x) * Cfg::kRowsPerCta + threadIdx.x;

@@ -29,6 +29,7 @@ struct GemvConfig {
   // 16-byte chunks per lane loaded before their FMAs: each warp has
   // kChunks x 512 bytes of the weight in flight.
   static constexpr int kChunks = 4;
+  static_assert((kChunks & (kChunks - 1)) == 0, "the per-lane sums are added pairwise");
   static constexpr int kStepK = 32 * 4 * kChunks;  // K per step of a warp
 
   static constexpr int64_t ctas(int64_t N) { return (N + kRowsPerCta - 1) / kRowsPerCta; }
@@ -38,8 +39,9 @@ struct GemvConfig {
 // column-major (B(k, n) at B[n * ldb + k]; the layout fields are not read),
 // A and B 16-byte aligned and ldb a multiple of 4. Any K (the tail's partial
 // chunks are read with scalar loads), N and epilogue. Deterministic: each
-// lane sums its products in k order, then the lanes are added in a fixed
-// butterfly and the K-slices in slice order; no atomics. FP32 throughout,
+// lane keeps 4 x kChunks running sums (by position in its step), added
+// pairwise in a fixed order, then the lanes are added in a fixed butterfly
+// and the K-slices in slice order; no atomics. FP32 throughout,
 // no TF32 rounding, for every precision: at one row the tensor cores would
 // save no time (the weight's bytes bound it) and only lose accuracy.
 // slices: K-slices per output, 1, 2, 4 or 8 (kGemvMaxSlices); more slices
