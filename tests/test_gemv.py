@@ -57,6 +57,7 @@ def test_error_at_most_cublas_fp32(n, k):
     """The mission's bar for a decode step: no less accurate than torch's
     FP32 GEMV (cuBLAS) on the same inputs. Measured on the H200: 0.34-0.71x
     its error, from 16 short running sums per lane."""
+    torch.manual_seed(0)
     x, w = torch.randn(1, k, device="cuda"), torch.randn(n, k, device="cuda")
     ref = matmul_reference(x, w.mT)
     with cublas_tf32(False):
@@ -158,6 +159,8 @@ def test_deterministic_over_500_calls(n, k):
         assert torch.equal(linear_tf32(x, w, b, "gelu"), first)
 
 
+@pytest.mark.skipif(HAS_CUDA and torch.cuda.get_device_properties(0).total_memory < 12 * 2 ** 30,
+                    reason="needs 8.6 GB for the weight")
 def test_weight_of_more_than_2_31_elements():
     # w has 2^31 + 4096 * 8 elements: row offsets past 2^31 must not wrap.
     n, k = 2 ** 31 // 4096 + 8, 4096
@@ -166,6 +169,6 @@ def test_weight_of_more_than_2_31_elements():
     x = torch.randn(1, k, device="cuda")
     assert kernel_info(x, w.mT).startswith("gemv")
     out = poisoned_matmul(x, w.mT)
-    last = slice(n - 64, n)  # the rows whose offsets exceed 2^31
+    last = slice(n - 64, n)  # the last 8 of these rows start past element 2^31
     assert_matmul_close(out[:, last].contiguous(), x, w[last].mT)
     del w

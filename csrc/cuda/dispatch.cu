@@ -480,8 +480,11 @@ size_t chosen_workspace_bytes(const GemmProblem& p, Precision precision) {
   return s.bytes_a + s.bytes_b + partials_bytes(p, c.splits);
 }
 
+// split3_in_registers: `p` holds 3xTF32's unsplit operands, which the
+// skinny kernel splits itself (tf32x3_unstaged); a staged problem's parts
+// are already split and run as plain TF32.
 cudaError_t run_chosen(const GemmProblem& p, Precision precision, void* workspace,
-                       cudaStream_t stream) {
+                       cudaStream_t stream, bool split3_in_registers = false) {
   const Choice c = choose(p, precision, device_info(current_device()));
   switch (c.kernel) {
     case Kernel::kWgmmaLarge:
@@ -503,7 +506,7 @@ cudaError_t run_chosen(const GemmProblem& p, Precision precision, void* workspac
     case Kernel::kSkinny:
     case Kernel::kSkinnyWide:
       return launch_skinny_gemm(kmajor_view(p), c.kernel == Kernel::kSkinnyWide,
-                                /*split3=*/precision == Precision::kTF32x3, stream);
+                                split3_in_registers, stream);
     case Kernel::kGemv:
       return launch_gemv(kmajor_view(p), c.splits, stream);
     case Kernel::kFma:
@@ -574,7 +577,8 @@ cudaError_t run_gemm(const GemmProblem& p, Precision precision, void* workspace,
                      cudaStream_t stream) {
   if (precision == Precision::kTF32x3) {
     if (tf32x3_on_fma(p)) return launch_fma_gemm(p, stream);
-    if (tf32x3_unstaged(p)) return run_chosen(p, precision, workspace, stream);
+    if (tf32x3_unstaged(p))
+      return run_chosen(p, precision, workspace, stream, /*split3_in_registers=*/true);
     const Staging s = plan_staging(p, false, true);
     auto* ws = static_cast<uint8_t*>(workspace);
     const cudaError_t err = launch_staging(p, s, ws, stream);
