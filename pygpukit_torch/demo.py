@@ -79,10 +79,14 @@ def timed(fn, device, repeats=5):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--random-weights", action="store_true",
                         help="use a random-weight BERT of the same architecture instead of the packaged model")
     args = parser.parse_args(argv)
+    # Said here rather than as torch's driver traceback from deep in the model's loading.
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA GPU is available (torch.cuda.is_available() is False); "
+                     "use --device cpu")
 
     if args.device == "cpu":
         print("No CUDA GPU in use: running pygpukit's CPU path (TF32 emulated in software).")

@@ -42,18 +42,24 @@ def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
             on tensor cores, at about a quarter of TF32's rate. The tensor
             cores' own accumulation is not rounded to nearest, so the kernels
             add their partial sums into FP32 registers every 128 of K (32 for
-            M <= 16): on an H200 the relative error is 3.6e-7 at 4096^3 and
+            M = 2-16): on an H200 the relative error is 3.6e-7 at 4096^3 and
             3.7e-7 at 8192^3 on both the Hopper and the mma.sync path, below
             cuBLAS FP32's 1.15e-6 and 1.6e-6 (but 2.8e-7 vs 1.5e-7 at 256^3:
             for K below a few hundred, FP32 is better). ``"ieee"``: plain FP32
             arithmetic, no tensor cores.
+            Exception, on CUDA: a single row of ``a`` with ``F.linear``'s
+            layout (``x[1, K] @ w.mT``, both read in place, 16-byte aligned)
+            runs the GEMV kernel in plain FP32 for every precision, unless
+            :func:`pygpukit_torch.force_kernel` names another kernel: one row
+            is bound by the weight's bytes, so tensor cores would save no time.
             ``None`` (default): the environment variable
             ``PYGPUKIT_PRECISION`` (one of those names; see
             :func:`pygpukit_torch.default_precision`) if set, else ``"ieee"``
             if ``PYGPUKIT_ALLOW_TF32`` is ``0``/``false``/``no``/``off``, else
             ``"tf32"``. PyTorch's own TF32 settings are not consulted.
             On the CPU every precision is emulated: inputs rounded (ties to
-            even) or split the same way, products accumulated in float64.
+            even) or split the same way, products accumulated in float64;
+            a single row too (the CPU does not emulate the GEMV's FP32).
 
     Differentiable (csrc/autograd.cpp): ``grad_a = grad @ bᵀ`` and ``grad_b =
     aᵀ @ grad`` are matmul_tf32 products at the same ``precision``, with the
