@@ -56,7 +56,9 @@ def force_kernel(kernel: str) -> Iterator[None]:
 
     The override is process-wide (an environment variable), so it is not
     meant for concurrent use from several threads. A kernel that cannot run
-    a given problem falls back to the automatic choice; CPU tensors are not
+    a given problem falls back to the automatic choice, except that with
+    ``precision="ieee"`` any forced kernel but ``gemv`` runs the FMA kernel
+    (tensor-core kernels do not compute in FP32); CPU tensors are not
     affected.
     """
     if kernel not in KERNELS:
