@@ -230,12 +230,13 @@ Choice skinny_choice(const GemmProblem& p, Precision precision, const DeviceInfo
 
 // PYGPUKIT_KERNEL forces a kernel family or configuration, for tests and
 // benchmarks: auto (default), wgmma, mma_sync (the family, automatic tile),
-// mma_sync_large, mma_sync_medium, mma_sync_small, skinny, gemv, fma. A forced
-// kernel that cannot run the problem (wgmma off Hopper, large tile with
-// unaligned operands, too little shared memory, skinny with M > 16 or an
-// operand that is not K-major and 16-byte aligned) falls back to the
-// automatic choice rather than fail; so does a name that is none of these (a
-// typo must not quietly turn the Hopper path off).
+// mma_sync_large, mma_sync_medium, mma_sync_small, skinny, gemv, fma. A
+// forced kernel that cannot run the problem (wgmma off Hopper, large tile
+// with unaligned operands, too little shared memory, skinny with M > 16 or
+// gemv with M > 1, or either with an operand that is not K-major and 16-byte
+// aligned) falls back to the automatic choice rather than fail; so does a
+// name that is none of these (a typo must not quietly turn the Hopper path
+// off). With precision "ieee", any forced kernel but gemv runs the FMA one.
 std::string forced_kernel() {
   static const std::array<const char*, 8> kForceable = {
       "wgmma", "mma_sync", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "skinny", "gemv", "fma"};
@@ -592,9 +593,10 @@ std::string describe_gemm(const GemmProblem& p, Precision precision) {
   if (precision == Precision::kTF32x3) {
     if (tf32x3_on_fma(p)) return "fma (3xTF32 without TF32 tensor cores: plain FP32)";
     if (tf32x3_unstaged(p)) {
-      const std::string name = describe_chosen(p, precision);
-      if (name.rfind("gemv", 0) == 0) return "FP32 (one row: at least as accurate as 3xTF32) on " + name;
-      return "3xTF32 (A, B split into big and small TF32 parts in registers) on " + name;
+      const bool gemv = choose(p, precision, device_info(current_device())).kernel == Kernel::kGemv;
+      return (gemv ? "FP32 (one row: at least as accurate as 3xTF32) on "
+                   : "3xTF32 (A, B split into big and small TF32 parts in registers) on ") +
+             describe_chosen(p, precision);
     }
     const Staging s = plan_staging(p, false, true);
     return "3xTF32 (A, B split into big and small TF32 parts, 3K columns) on " +
