@@ -17,18 +17,19 @@ using LinearSignature = at::Tensor(const at::Tensor&, const at::Tensor&,
                                    const std::optional<at::Tensor>&, c10::string_view,
                                    PrecisionArg);
 
+template <class Signature>
+c10::TypedOperatorHandle<Signature> find_op(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
+}
+
 // Looked up on first use, when the library's registrations are all done.
 inline const c10::TypedOperatorHandle<MatmulSignature>& matmul_tf32_op() {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("pygpukit::matmul_tf32", "")
-                             .typed<MatmulSignature>();
+  static const auto op = find_op<MatmulSignature>("pygpukit::matmul_tf32");
   return op;
 }
 
 inline const c10::TypedOperatorHandle<LinearSignature>& linear_tf32_op() {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("pygpukit::linear_tf32", "")
-                             .typed<LinearSignature>();
+  static const auto op = find_op<LinearSignature>("pygpukit::linear_tf32");
   return op;
 }
 

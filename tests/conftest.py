@@ -79,6 +79,13 @@ def poison_next_output(shape, device) -> None:
     torch.full(shape, float("nan"), device=device)  # freed at once, block reused next
 
 
+def aligned_rows(r: int, k: int) -> torch.Tensor:
+    """A [r, k] CUDA matrix whose rows start 16 bytes apart even for odd k (what
+    the decode kernels need): a view of [r, k rounded up to 4], contiguous
+    when k % 4 == 0."""
+    return torch.randn(r, (k + 3) // 4 * 4, device="cuda")[:, :k]
+
+
 def poisoned_matmul(a, b, precision=None):
     """matmul_tf32 with its output memory NaN-poisoned beforehand (on CUDA)."""
     out_shape = torch.matmul(torch.empty(a.shape, device="meta"), torch.empty(b.shape, device="meta")).shape

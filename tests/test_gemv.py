@@ -12,19 +12,13 @@ import torch
 import pygpukit_torch
 from pygpukit_torch import kernel_info, linear_tf32, matmul_tf32
 from pygpukit_torch.testing import cublas_tf32
-from conftest import (ACTIVATIONS, HAS_CUDA, assert_linear_close, assert_matmul_close, matmul_reference,
-                      poison_next_output, poisoned_matmul, rel_error)
+from conftest import (ACTIVATIONS, HAS_CUDA, aligned_rows as rows, assert_linear_close, assert_matmul_close,
+                      matmul_reference, poison_next_output, poisoned_matmul, rel_error)
 
 pytestmark = pytest.mark.skipif(not HAS_CUDA or torch.cuda.get_device_capability() < (8, 0),
                                 reason="needs a CUDA GPU of compute capability 8.0 or newer")
 
 PRECISIONS = ("tf32", "tf32x3", "ieee")
-
-
-def rows(r, k):
-    """A [r, k] matrix whose rows start 16 bytes apart even for odd k: a view
-    of [r, k rounded up to 4] (contiguous when k % 4 == 0)."""
-    return torch.randn(r, (k + 3) // 4 * 4, device="cuda")[:, :k]
 
 
 def slices_of(info):
