@@ -23,7 +23,7 @@ from typing import Iterator
 
 from ._env import environment_variable
 
-KERNELS = ("auto", "wgmma", "mma_sync", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "skinny",
+KERNELS = ("auto", "wgmma", "wgmma_swap_ab", "mma_sync", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "skinny",
            "gemv", "fma")
 _ENV = "PYGPUKIT_KERNEL"
 
@@ -34,7 +34,11 @@ def force_kernel(kernel: str) -> Iterator[None]:
 
     Args:
         kernel: one of ``pygpukit_torch.dispatch.KERNELS``. ``wgmma``: the Hopper TMA + wgmma
-            kernel (sm_90a builds on compute capability 9.0). ``mma_sync``:
+            kernel (sm_90a builds on compute capability 9.0). ``wgmma_swap_ab``:
+            its variant for a plain ``a @ b`` with both operands row-major and
+            16-byte aligned (M > 128, precision "tf32"), which reads B in place
+            instead of packing it K-major first (the automatic choice for
+            such products, unless 128x128 tiles finish sooner). ``mma_sync``:
             the portable mma.sync kernel with its automatic tile choice;
             ``mma_sync_large|medium|small``: one tile configuration.
             ``skinny``: the decode-sized-M kernel (M <= 16, both operands

@@ -19,7 +19,7 @@ DEVICES = ["cpu", pytest.param("cuda", marks=requires_cuda)]
 # the dispatcher's choice plus every kernel family forced. A test that takes a
 # `kernel` parameter runs under pygpukit_torch.force_kernel(kernel) (see
 # _forced_kernel below) and is skipped where that kernel cannot run.
-CUDA_KERNELS = ["auto", "wgmma", "mma_sync", "skinny"]
+CUDA_KERNELS = ["auto", "wgmma", "wgmma_swap_ab", "mma_sync", "skinny"]
 DEVICE_KERNELS = [pytest.param("cpu", "auto", id="cpu")] + [
     pytest.param("cuda", k, id=f"cuda-{k}", marks=requires_cuda) for k in CUDA_KERNELS]
 
@@ -27,10 +27,13 @@ DEVICE_KERNELS = [pytest.param("cpu", "auto", id="cpu")] + [
 def kernel_runs_here(kernel: str) -> bool:
     """Whether a forced `kernel` really runs on this GPU (the dispatcher falls
     back to its own choice otherwise, which would only repeat 'auto'). The
-    probe is x @ w.T, with one row of x for the skinny (decode) kernel."""
+    probe is x @ w.T, with one row of x for the skinny (decode) kernel, and
+    x @ w for wgmma_swap_ab (which runs only that layout)."""
     x = torch.empty(1 if kernel in ("skinny", "gemv") else 512, 512, device="cuda")
     w = torch.empty(512, 512, device="cuda")
     with pygpukit_torch.force_kernel(kernel):
+        if kernel == "wgmma_swap_ab":
+            return "swap AB" in pygpukit_torch.kernel_info(x, w)
         return pygpukit_torch.kernel_info(x, w.t()).startswith(kernel)
 
 

@@ -19,8 +19,11 @@ torch.manual_seed(0)
 # The last case gives the skinny kernel its 32-column tile (two CTAs per SM)
 # with a last CTA of 31 columns.
 wide_n = 2 * 32 * torch.cuda.get_device_properties(0).multi_processor_count + 31
-cases = [(1, 1, 1), (67, 45, 131), (130, 260, 37), (257, 129, 65), (3, 300, 1000), (7, 37, 1004), (16, wide_n, 65)]
-for kernel in ("wgmma", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "skinny", "gemv", "fma"):
+# (300, 260, 3000): split-K on wgmma_swap_ab (M > 128 and 16-byte aligned rows
+# of a row-major B, which (257, 129, 65) lacks).
+cases = [(1, 1, 1), (67, 45, 131), (130, 260, 37), (257, 129, 65), (3, 300, 1000), (7, 37, 1004), (16, wide_n, 65),
+         (300, 260, 3000)]
+for kernel in ("wgmma", "wgmma_swap_ab", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "skinny", "gemv", "fma"):
     os.environ["PYGPUKIT_KERNEL"] = kernel
     for m, n, k in cases:
         for ta in (False, True):
@@ -34,9 +37,11 @@ for kernel in ("wgmma", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "
                     err = float((out.double() - ref).norm() / ref.norm())
                     assert err < 2e-3, (kernel, m, n, k, ta, tb, offset, err)
     # linear_tf32: the epilogue's bias reads and every activation, on the
-    # same edge-heavy shapes (x [m, k], weight [n, k] read column-major).
+    # same edge-heavy shapes (x [m, k], weight [n, k] read column-major; for
+    # wgmma_swap_ab a transposed view of a row-major [k, n], i.e. B row-major).
     for m, n, k in cases:
-        x, w, b = torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda"), torch.randn(n, device="cuda")
+        x, b = torch.randn(m, k, device="cuda"), torch.randn(n, device="cuda")
+        w = torch.randn(k, n, device="cuda").t() if kernel == "wgmma_swap_ab" else torch.randn(n, k, device="cuda")
         for act, ref_fn in (("relu", F.relu), ("gelu", F.gelu), ("gelu_tanh", lambda z: F.gelu(z, approximate="tanh")),
                             ("silu", F.silu)):
             out = pygpukit_torch.linear_tf32(x, w, b, act)

@@ -4,10 +4,12 @@ inputs, over shapes, layouts, strides, batching and special values."""
 import pytest
 import torch
 
+import pygpukit_torch
 from pygpukit_torch import matmul_tf32
 from pygpukit_torch.testing import cublas_tf32
-from conftest import (DEVICE_KERNELS, DEVICES, assert_matmul_close, matmul_reference, poisoned_matmul,
-                      rel_error, requires_cuda, requires_two_gpus, CUDA_KERNELS)
+from conftest import (DEVICE_KERNELS, DEVICES, assert_linear_close, assert_matmul_close, kernel_runs_here,
+                      matmul_reference, poison_next_output, poisoned_matmul, rel_error, requires_cuda,
+                      requires_two_gpus, CUDA_KERNELS)
 
 
 run = poisoned_matmul
@@ -217,3 +219,46 @@ def test_more_than_2_31_elements(kernel):
     rows = slice(m - 64, m)  # the rows whose offsets exceed 2^31
     assert_matmul_close(out[rows].contiguous(), a[rows], b)
     del a
+
+
+@requires_cuda
+@pytest.mark.parametrize("case", ["tails", "batched", "broadcast_b", "broadcast_a", "split_k", "odd_n",
+                                  "linear_gelu", "linear_odd_n"])
+def test_swap_ab_path(case):
+    """The wgmma kernel's SwapAB variant (a @ b with both operands row-major,
+    B read in place): M, N and K tails, batches with either operand broadcast,
+    split-K, an output whose rows are not 16-byte aligned (copied out by the
+    warpgroup instead of TMA-stored), and linear_tf32's fused bias and
+    activation on a weight stored [in, out]."""
+    if not kernel_runs_here("wgmma_swap_ab"):
+        pytest.skip("the wgmma kernel does not run on this GPU or build")
+    def row_major(*shape):  # 16-byte aligned rows even for an odd last dimension
+        return torch.randn(*shape[:-1], (shape[-1] + 3) // 4 * 4, device="cuda")[..., :shape[-1]]
+    x_bias_act = None
+    if case == "tails":
+        a, b = row_major(300, 77), row_major(77, 200)
+    elif case == "batched":
+        a, b = row_major(3, 260, 96), row_major(3, 96, 388)
+    elif case == "broadcast_b":
+        a, b = row_major(2, 3, 260, 96), row_major(96, 388)
+    elif case == "broadcast_a":
+        a, b = row_major(260, 96), row_major(3, 96, 388)
+    elif case == "split_k":
+        a, b = row_major(256, 8192), row_major(8192, 256)
+    elif case == "odd_n":
+        a, b = row_major(1000, 1000), row_major(1000, 1001)
+    else:
+        n = 1536 if case == "linear_gelu" else 1001
+        x, w_t, bias = row_major(700, 512), row_major(512, n), torch.randn(n, device="cuda")
+        a, b, x_bias_act = x, w_t, (bias, "gelu")
+    with pygpukit_torch.force_kernel("wgmma_swap_ab"):
+        assert "swap AB" in pygpukit_torch.kernel_info(a, b), pygpukit_torch.kernel_info(a, b)
+        if case == "split_k":
+            assert "split-K" in pygpukit_torch.kernel_info(a, b)
+        if x_bias_act is None:
+            assert_matmul_close(run(a, b), a, b)
+        else:
+            bias, act = x_bias_act
+            poison_next_output((a.shape[0], b.shape[1]), "cuda")
+            out = pygpukit_torch.linear_tf32(a, b.t(), bias, act)
+            assert_linear_close(out, a, b.t(), bias, act)

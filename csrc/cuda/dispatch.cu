@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "fma_gemm.h"
 #include "gemm_problem.h"
@@ -47,8 +48,8 @@ const DeviceInfo& device_info(int device) {
 }
 
 enum class Kernel {
-  kWgmmaLarge, kWgmmaSquare, kWgmmaMedium, kWgmmaNarrow, kWgmmaPromotedLarge,
-  kWgmmaPromotedMedium,
+  kWgmmaLarge, kWgmmaLargeSwapAB, kWgmmaSquare, kWgmmaMedium, kWgmmaNarrow,
+  kWgmmaPromotedLarge, kWgmmaPromotedMedium,
   kMmaSyncLarge, kMmaSyncMedium, kMmaSyncSmall, kMmaSyncPromoted,
   kSkinny, kSkinnyWide, kGemv,
   kFma
@@ -61,7 +62,8 @@ struct Choice {
 };
 
 bool is_wgmma(Kernel k) {
-  return k == Kernel::kWgmmaLarge || k == Kernel::kWgmmaSquare || k == Kernel::kWgmmaMedium ||
+  return k == Kernel::kWgmmaLarge || k == Kernel::kWgmmaLargeSwapAB ||
+         k == Kernel::kWgmmaSquare || k == Kernel::kWgmmaMedium ||
          k == Kernel::kWgmmaNarrow ||
          k == Kernel::kWgmmaPromotedLarge || k == Kernel::kWgmmaPromotedMedium;
 }
@@ -131,6 +133,26 @@ bool square_tiles_finish_sooner(const GemmProblem& p, const DeviceInfo& d) {
   return large >= slots && waves(square) * kSquareTileCost < waves(large);
 }
 
+// Whether WgmmaLargeSwapAB can run `p` in place: TF32, A and B row-major
+// (a plain `a @ b`) and both TMA-addressable, and M in WgmmaLarge's range.
+// Where it can, it replaces WgmmaLarge's pack of B. H200, interleaved
+// timing (session 7), time with the pack / time in place: 4096^3 1.13,
+// 8192^3 1.04, 8192x14336x4096 1.04, 8192x4096x14336 1.04, 16384^3 1.02,
+// 2048^3 1.16; relative error equal to the pack's (ratio 1.000 at 4096^3
+// to 8192^3).
+bool swap_ab_runs(const GemmProblem& p, Precision precision) {
+  return precision == Precision::kTF32 && p.M > 128 && p.layout_a == Layout::kRowMajor &&
+         p.layout_b == Layout::kRowMajor &&
+         tma_compatible(p.A, p.M, p.lda, p.batch, p.batch_stride_a) &&
+         tma_compatible(p.B, p.K, p.ldb, p.batch, p.batch_stride_b);
+}
+
+// WgmmaLargeSwapAB's choice: its tiles run along N x M.
+Choice swap_ab_choice(GemmProblem p, const DeviceInfo& d) {
+  std::swap(p.M, p.N);
+  return wgmma_choice<WgmmaLargeSwapAB>(Kernel::kWgmmaLargeSwapAB, p, d);
+}
+
 // 3xTF32 (its staged problem) takes the configurations that promote their
 // accumulators: its point is FP32 accuracy, which one long tensor-core
 // accumulation chain loses.
@@ -141,8 +163,10 @@ Choice choose_wgmma(const GemmProblem& p, Precision precision, const DeviceInfo&
   if (p.M <= 64) return wgmma_choice<WgmmaNarrow>(Kernel::kWgmmaNarrow, p, d);
   if (p.M <= 128) return wgmma_choice<WgmmaMedium>(Kernel::kWgmmaMedium, p, d);
   if (square_tiles_finish_sooner(p, d)) return wgmma_choice<WgmmaSquare>(Kernel::kWgmmaSquare, p, d);
+  if (swap_ab_runs(p, precision)) return swap_ab_choice(p, d);
   return wgmma_choice<WgmmaLarge>(Kernel::kWgmmaLarge, p, d);
 }
+
 
 // The problem as the skinny kernel reads it, both operands K-major: a single
 // column of B described row-major (as the adapter describes matmul's vector
@@ -229,17 +253,18 @@ Choice skinny_choice(const GemmProblem& p, Precision precision, const DeviceInfo
 }
 
 // PYGPUKIT_KERNEL forces a kernel family or configuration, for tests and
-// benchmarks: auto (default), wgmma, mma_sync (the family, automatic tile),
-// mma_sync_large, mma_sync_medium, mma_sync_small, skinny, gemv, fma. A
-// forced kernel that cannot run the problem (wgmma off Hopper, large tile
-// with unaligned operands, too little shared memory, skinny with M > 16 or
+// benchmarks: auto (default), wgmma, wgmma_swap_ab, mma_sync (the family,
+// automatic tile), mma_sync_large, mma_sync_medium, mma_sync_small, skinny,
+// gemv, fma. A forced kernel that cannot run the problem (wgmma off Hopper,
+// wgmma_swap_ab where swap_ab_runs is false, large tile with unaligned operands, too little shared memory, skinny with M > 16 or
 // gemv with M > 1, or either with an operand that is not K-major and 16-byte
 // aligned) falls back to the automatic choice rather than fail; so does a
 // name that is none of these (a typo must not quietly turn the Hopper path
 // off). With precision "ieee", any forced kernel but gemv runs the FMA one.
 std::string forced_kernel() {
-  static const std::array<const char*, 8> kForceable = {
-      "wgmma", "mma_sync", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "skinny", "gemv", "fma"};
+  static const std::array<const char*, 9> kForceable = {
+      "wgmma", "wgmma_swap_ab", "mma_sync", "mma_sync_large", "mma_sync_medium", "mma_sync_small",
+      "skinny", "gemv", "fma"};
   const char* env = std::getenv("PYGPUKIT_KERNEL");
   for (const char* name : kForceable)
     if (env != nullptr && std::string(env) == name) return name;
@@ -262,6 +287,7 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   if (forced == "fma") return {Kernel::kFma};
   const bool wgmma = wgmma_available(d);
   if (forced == "wgmma" && wgmma) return choose_wgmma(p, precision, d);
+  if (forced == "wgmma_swap_ab" && wgmma && swap_ab_runs(p, precision)) return swap_ab_choice(p, d);
   if (forced == "mma_sync_large" && vec16 && fits<MmaSyncLarge>(p, d)) return {Kernel::kMmaSyncLarge, true};
   if (forced == "mma_sync_medium" && fits<MmaSyncMedium>(p, d)) return {Kernel::kMmaSyncMedium, vec16};
   if (forced == "mma_sync_small") return {Kernel::kMmaSyncSmall, vec16};
@@ -401,6 +427,13 @@ size_t partials_bytes(const GemmProblem& p, int splits) {
   return splits > 1 ? workspace_round(splits * p.M * splitk_partials_ld(p.N)) : 0;
 }
 
+// What the wgmma kernel `k` needs packed: nothing for WgmmaLargeSwapAB,
+// which reads the row-major B in place.
+Staging wgmma_staging(const GemmProblem& p, Kernel k) {
+  return k == Kernel::kWgmmaLargeSwapAB ? Staging{}
+                                        : plan_staging(p, /*for_wgmma=*/true, /*tf32x3=*/false);
+}
+
 // Packs what plan_staging says into `workspace`, then runs the chosen wgmma
 // configuration on the K-major operands (split-K partials after the packs).
 // f(static_cast<Config*>(nullptr)) for the WgmmaConfig of wgmma kernel `k`:
@@ -418,6 +451,8 @@ auto with_wgmma_config(Kernel k, F&& f) {
       return f(static_cast<WgmmaPromotedLarge*>(nullptr));
     case Kernel::kWgmmaPromotedMedium:
       return f(static_cast<WgmmaPromotedMedium*>(nullptr));
+    case Kernel::kWgmmaLargeSwapAB:
+      return f(static_cast<WgmmaLargeSwapAB*>(nullptr));
     default:
       return f(static_cast<WgmmaLarge*>(nullptr));
   }
@@ -425,7 +460,7 @@ auto with_wgmma_config(Kernel k, F&& f) {
 
 cudaError_t run_wgmma(const GemmProblem& p, const Choice& c, void* workspace,
                       cudaStream_t stream) {
-  const Staging s = plan_staging(p, /*for_wgmma=*/true, /*tf32x3=*/false);
+  const Staging s = wgmma_staging(p, c.kernel);
   auto* ws = static_cast<uint8_t*>(workspace);
   const cudaError_t err = launch_staging(p, s, ws, stream);
   if (err != cudaSuccess) return err;
@@ -438,14 +473,15 @@ cudaError_t run_wgmma(const GemmProblem& p, const Choice& c, void* workspace,
 }
 
 template <class Config>
-std::string wgmma_name(const GemmProblem& p, int splits) {
+std::string wgmma_name(const GemmProblem& p, Kernel k, int splits) {
   using std::to_string;
-  const Staging s = plan_staging(p, /*for_wgmma=*/true, /*tf32x3=*/false);
+  const Staging s = wgmma_staging(p, k);
   std::string name = "wgmma " + to_string(Config::BM) + "x" + to_string(Config::BN) + "x" +
                      to_string(Config::BK) + " stages " + to_string(Config::kStages) +
                      " cluster " + to_string(Config::kClusterM) + "x1";
   if (Config::kPromoteKTiles > 0)
     name += " promoted every " + to_string(Config::kPromoteKTiles) + " k-tiles";
+  if (Config::kSwapAB) name += " swap AB (B^T from registers, C^T stored transposed)";
   if (splits > 1) name += " split-K " + to_string(splits);
   if (s.pack_a || s.pack_b)
     name += std::string(" after packing ") + (s.pack_a ? (s.pack_b ? "A and B" : "A") : "B") +
@@ -477,7 +513,7 @@ bool tf32x3_unstaged(const GemmProblem& p) {
 size_t chosen_workspace_bytes(const GemmProblem& p, Precision precision) {
   const Choice c = choose(p, precision, device_info(current_device()));
   if (!is_wgmma(c.kernel)) return 0;
-  const Staging s = plan_staging(p, /*for_wgmma=*/true, /*tf32x3=*/false);
+  const Staging s = wgmma_staging(p, c.kernel);
   return s.bytes_a + s.bytes_b + partials_bytes(p, c.splits);
 }
 
@@ -489,6 +525,7 @@ cudaError_t run_chosen(const GemmProblem& p, Precision precision, void* workspac
   const Choice c = choose(p, precision, device_info(current_device()));
   switch (c.kernel) {
     case Kernel::kWgmmaLarge:
+    case Kernel::kWgmmaLargeSwapAB:
     case Kernel::kWgmmaSquare:
     case Kernel::kWgmmaMedium:
     case Kernel::kWgmmaNarrow:
@@ -521,13 +558,14 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
   std::string name;
   switch (c.kernel) {
     case Kernel::kWgmmaLarge:
+    case Kernel::kWgmmaLargeSwapAB:
     case Kernel::kWgmmaSquare:
     case Kernel::kWgmmaMedium:
     case Kernel::kWgmmaNarrow:
     case Kernel::kWgmmaPromotedLarge:
     case Kernel::kWgmmaPromotedMedium:
       name = with_wgmma_config(c.kernel, [&](auto* config) {
-        return wgmma_name<std::remove_pointer_t<decltype(config)>>(p, c.splits);
+        return wgmma_name<std::remove_pointer_t<decltype(config)>>(p, c.kernel, c.splits);
       });
       break;
     case Kernel::kMmaSyncLarge:

@@ -25,10 +25,21 @@ namespace pygpukit {
 // k-tiles and add it into a second set of FP32 registers with ordinary
 // (round-to-nearest) adds, as 3xTF32 needs to beat FP32 accuracy. The second
 // set doubles the accumulator registers, hence a 64 x 128 tile per warpgroup.
-template <int BM_, int BN_, int kStages_, int kClusterM_, int kPromoteKTiles_ = 0>
+//
+// kSwapAB: the configuration runs a plain `a @ b` (A and B both row-major)
+// without packing B K-major first. TF32 wgmma reads only K-major operands
+// from shared memory, but its A operand may come from registers in any
+// order, so the kernel computes C^T = B^T A^T (CUTLASS's "SwapAB + RS",
+// research brief section 2): its A operand is B^T, TMA-loaded N-major and
+// read into registers; its B operand is A, K-major as it lies; its output
+// is C^T, written transposed into C by the epilogue. BM then runs along
+// C's N and BN along C's M.
+template <int BM_, int BN_, int kStages_, int kClusterM_, int kPromoteKTiles_ = 0,
+          bool kSwapAB_ = false>
 struct WgmmaConfig {
   static constexpr int BM = BM_, BN = BN_, kClusterM = kClusterM_;
   static constexpr int kPromoteKTiles = kPromoteKTiles_;
+  static constexpr bool kSwapAB = kSwapAB_;
   // One 128-byte swizzle atom of TF32 along K: the widest box a
   // CU_TENSOR_MAP_SWIZZLE_128B copy may have.
   static constexpr int BK = 32;
@@ -52,6 +63,12 @@ struct WgmmaConfig {
                 "two sets of 64 x 256 accumulators do not fit a thread's registers");
   static_assert(kStageBytesA % 1024 == 0 && (BN / kClusterM) % 8 == 0,
                 "every tile and multicast slice must start 1024-byte aligned");
+  static_assert(!kSwapAB || (BN == 256 && kPromoteKTiles == 0),
+                "the register-operand mainloop exists for wgmma.m64n256k8 without promotion");
+  // Rows of C per TMA store box: a 64 x 32 chunk of one consumer's
+  // accumulators, or with kSwapAB a 32 x 32 box, two of which (64 columns of
+  // C) fill one epilogue buffer.
+  static constexpr int kStoreBoxRows = kSwapAB ? 32 : 64;
 
   // Clusters covering an M x N output, each kClusterM tiles stacked along M.
   __host__ __device__ static constexpr int64_t cluster_tiles(int64_t M, int64_t N) {
@@ -84,13 +101,16 @@ using WgmmaNarrow = WgmmaConfig<64, 128, 8, 1>;
 // empty (4095x4097x4099: 544 tiles on 132 SMs = 4 full waves + 16 tiles,
 // one of which is a single column wide).
 using WgmmaSquare = WgmmaConfig<128, 128, 6, 2>;
+// WgmmaLarge for `a @ b` with A and B row-major (kSwapAB): 128 columns x 256
+// rows of C per tile, clusters of 2 along C's N sharing their A tile.
+using WgmmaLargeSwapAB = WgmmaConfig<128, 256, 4, 2, 0, true>;
 // 3xTF32 (precision "tf32x3"): 128x128x32 with accumulators promoted every
 // 4 k-tiles (128 of K), 6 stages of 32 KB; clusters of 2 along M for M > 128.
 using WgmmaPromotedLarge = WgmmaConfig<128, 128, 6, 2, 4>;
 using WgmmaPromotedMedium = WgmmaConfig<128, 128, 6, 1, 4>;
 
-// Runs `problem` (both operands K-major, A row-major and B column-major, and
-// tma_compatible) with configuration Config on a device of compute
+// Runs `problem` (both operands K-major, A row-major and B column-major, or
+// with Config::kSwapAB both row-major; all tma_compatible) with configuration Config on a device of compute
 // capability 9.0 (build with sm_90a). splits > 1 cuts K into that many
 // ranges (split-K) whose partial products go to `partials`
 // (splits * M * splitk_partials_ld(N) floats) and are then summed in order.

@@ -77,6 +77,13 @@ __device__ __forceinline__ WorkTile work_tile(const WgmmaParams& p, int64_t w, u
 }
 
 #if PYGPUKIT_SM90A_DEVICE
+// Byte offset of element (row, col) in a tile of 32-float rows stored with
+// the 128-byte swizzle, as TMA reads and writes it: the 16-byte chunk index
+// within a row XOR row % 8. The tile must start 1024-byte aligned.
+__device__ __forceinline__ int swizzle128(int row, int col) {
+  return row * 128 + (((col / 4) ^ (row % 8)) * 16) + (col % 4) * 4;
+}
+
 // Epilogue through shared memory: for each 64 x 32 chunk of this warpgroup's
 // 64 x BN accumulators, write them into a buffer in the 128-byte swizzled
 // layout the C tensor map expects, apply bias and activation there, then
@@ -106,10 +113,6 @@ __device__ __forceinline__ void store_tile(const WgmmaParams& p, const CUtensorM
   const int barrier = 1 + c;  // named barrier of this warpgroup
   const bool has_bias = p.epilogue.bias != nullptr;
   const bool transform = has_bias || p.epilogue.activation != Activation::kNone;
-  // 128-byte swizzle: the 16-byte chunk index within a row XOR row % 8.
-  auto swizzled = [](int row, int col) {
-    return row * 128 + (((col / 4) ^ (row % 8)) * 16) + (col % 4) * 4;
-  };
   constexpr int kChunks = Cfg::BN / Cfg::kEpilogueCols;
   static_assert(Cfg::kEpilogueCols == 32, "the epilogue passes give each lane one column of a chunk");
 #pragma unroll
@@ -132,7 +135,7 @@ __device__ __forceinline__ void store_tile(const WgmmaParams& p, const CUtensorM
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = warp * 16 + g + 8 * h;
-        *reinterpret_cast<float2*>(buffer + swizzled(row, col)) =
+        *reinterpret_cast<float2*>(buffer + swizzle128(row, col)) =
             make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
       }
     }
@@ -141,7 +144,7 @@ __device__ __forceinline__ void store_tile(const WgmmaParams& p, const CUtensorM
       with_activation(p.epilogue.activation, [&](auto act) {
 #pragma unroll 4
         for (int r = warp * 16; r < warp * 16 + 16; ++r) {
-          float* const e = reinterpret_cast<float*>(buffer + swizzled(r, lane));
+          float* const e = reinterpret_cast<float*>(buffer + swizzle128(r, lane));
           *e = apply_activation(has_bias ? *e + bias : *e, decltype(act)::value);
         }
       });
@@ -163,7 +166,111 @@ __device__ __forceinline__ void store_tile(const WgmmaParams& p, const CUtensorM
       for (int r = warp * 16; r < warp * 16 + 16; ++r) {
         const int64_t grow = tile.m0 + c * 64 + r;
         if (grow < p.M && gcol < p.N)
-          C[grow * p.ldc + gcol] = *reinterpret_cast<const float*>(buffer + swizzled(r, lane));
+          C[grow * p.ldc + gcol] = *reinterpret_cast<const float*>(buffer + swizzle128(r, lane));
+      }
+    }
+  }
+}
+
+// kSwapAB: which of its warpgroup's 64 columns of C a row of the register
+// operand holds. The A operand (B^T) lies N-major in shared memory, in boxes
+// of 32 k-rows x 32 columns with the 128-byte swizzle, and each thread reads
+// its fragment elements (rows g and g + 8, k = t and t + 4) one by one.
+// Taken in order, the rows g = 0..7 of one k-row would hit two 16-byte chunks
+// that the swizzle maps onto the same banks for k = t and t ^ 1: a two-way
+// conflict on every load. wgmma does not care which column of C a row
+// stands for, so rows are assigned to columns such that the eight rows g of
+// a warp's half h read chunks p and p + 4 (p = 2 (warp % 2) + h): XOR k % 8
+// with k = 0..3 (or 4..7) then spreads the 32 lanes over all 32 banks.
+__device__ __forceinline__ int swap_ab_column(int warp, int g, int h) {
+  return 32 * (warp / 2) + 4 * (2 * (warp % 2) + h + 4 * (g / 4)) + g % 4;
+}
+
+// Byte offset, within one stage's A tile, of the element that register i
+// (0..3) of the fragment for k8-step 0 holds; step kk adds kk * 8 rows of
+// 128 bytes. Consumer c's 64 columns are the boxes 2c and 2c + 1.
+__device__ __forceinline__ int swap_ab_fragment_offset(int c, int warp, int lane, int i) {
+  const int g = lane / 4, t = lane % 4, h = i % 2, k = t + 4 * (i / 2);
+  const int col = swap_ab_column(warp, g, h);
+  return (2 * c + col / 32) * 4096 + swizzle128(k, col % 32);
+}
+
+// The epilogue of a kSwapAB configuration: this warpgroup's accumulators are
+// C^T, rows = 64 columns of C (in swap_ab_column's order), columns = BN rows
+// of C. Each 32-row chunk of C goes through one 8 KB buffer as two 32 x 32
+// boxes (columns 0..31 and 32..63 of the warpgroup) in the C map's swizzled
+// layout; the rest is store_tile's sequence (bias and activation in a second
+// pass, lane = column, then a TMA store or the warpgroup's copy-out).
+template <class Cfg>
+__device__ __forceinline__ void store_tile_transposed(const WgmmaParams& p,
+                                                      const CUtensorMap* map_c,
+                                                      const float (&acc)[Cfg::BN / 2],
+                                                      uint8_t* buffers, const WorkTile& tile,
+                                                      int c, int lane) {
+  static_assert(Cfg::kStoreBoxRows == 32 && 2 * 32 * 32 * 4 == Cfg::kEpilogueBufferBytes,
+                "a buffer holds two 32 x 32 boxes");
+  constexpr int kBoxBytes = 32 * 32 * 4;
+  const int warp = (threadIdx.x % 128) / 32, g = lane / 4, t = lane % 4;
+  const bool leader = threadIdx.x % 128 == 0;
+  const int barrier = 1 + c;
+  const bool has_bias = p.epilogue.bias != nullptr;
+  const bool transform = has_bias || p.epilogue.activation != Activation::kNone;
+  const int64_t rows_c = p.N, cols_c = p.M;  // C's M and N (the kernel runs C^T)
+  // The box and rows that this warp transforms and copies out: box warp / 2,
+  // rows 16 (warp % 2) .. + 15, lane = column.
+  const int box = warp / 2, first_row = 16 * (warp % 2);
+  const int64_t col0 = tile.m0 + c * 64;  // C's first column of this warpgroup
+  const int64_t gcol = col0 + 32 * box + lane;
+  const float bias = has_bias && gcol < cols_c ? p.epilogue.bias[gcol] : 0.0f;
+  constexpr int kChunks = Cfg::BN / 32;
+#pragma unroll
+  for (int chunk = 0; chunk < kChunks; ++chunk) {
+    uint8_t* const buffer = buffers + (chunk % 2) * Cfg::kEpilogueBufferBytes;
+    const int64_t row0 = tile.n0 + chunk * 32;  // C's first row of this chunk
+    if (p.tma_store && leader) ptx::bulk_wait_group_read<1>();
+    ptx::named_barrier_sync(barrier, 128);
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      const int j = chunk * 4 + jj;  // accumulator n8 block: C's rows 8j .. 8j + 7
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int col = swap_ab_column(warp, g, h);
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          *reinterpret_cast<float*>(buffer + (col / 32) * kBoxBytes +
+                                    swizzle128(jj * 8 + 2 * t + e, col % 32)) = acc[4 * j + 2 * h + e];
+      }
+    }
+    // Each box holds two warps' rows of the accumulators.
+    ptx::named_barrier_sync(barrier, 128);
+    uint8_t* const own_box = buffer + box * kBoxBytes;
+    if (transform) {
+      with_activation(p.epilogue.activation, [&](auto act) {
+#pragma unroll 4
+        for (int r = first_row; r < first_row + 16; ++r) {
+          float* const e = reinterpret_cast<float*>(own_box + swizzle128(r, lane));
+          *e = apply_activation(has_bias ? *e + bias : *e, decltype(act)::value);
+        }
+      });
+    }
+    if (p.tma_store) {
+      ptx::fence_proxy_async_smem();
+      ptx::named_barrier_sync(barrier, 128);
+      if (leader) {
+        for (int b = 0; b < 2; ++b)
+          ptx::tma_store_3d(map_c, buffer + b * kBoxBytes, int(col0 + 32 * b), int(row0),
+                            int(tile.batch + tile.split));
+        ptx::bulk_commit_group();
+      }
+    } else {
+      // Every lane reads back what it wrote in the pass above (or the first
+      // barrier ordered): no further barrier.
+      float* const C = p.C + tile.batch * p.batch_stride_c;
+#pragma unroll 4
+      for (int r = first_row; r < first_row + 16; ++r) {
+        const int64_t grow = row0 + r;
+        if (grow < rows_c && gcol < cols_c)
+          C[grow * p.ldc + gcol] = *reinterpret_cast<const float*>(own_box + swizzle128(r, lane));
       }
     }
   }
@@ -188,6 +295,10 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
   constexpr int kPromote = Cfg::kPromoteKTiles;
   float acc[kAcc];
   float total[kAcc];  // the promoted sums (kPromote > 0 only; otherwise unused)
+  // kSwapAB: where this thread's A fragment lies in a stage.
+  int a_offset[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) a_offset[i] = swap_ab_fragment_offset(c, (threadIdx.x % 128) / 32, lane, i);
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
   int it = 0;  // pipeline slot counter, continuous across work tiles
@@ -196,7 +307,10 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
     const WorkTile tile = work_tile<Cfg>(p, w, rank);
     bool previous_released = true;  // the slot of k-tile kt - 1 (none before the first)
     bool first_chunk = true;        // no promoted sum yet in this tile
-    for (int kt = tile.k_begin; kt < tile.k_end; ++kt, ++it) {
+    // One k-tile: wait for its slot, issue(s, fresh) its MMAs, then either
+    // promote or keep them in flight while releasing the previous slot;
+    // previous_done() runs once the previous k-tile's MMAs are complete.
+    auto k_tile = [&](int kt, auto&& issue, auto&& previous_done) {
       const int s = it % Cfg::kStages;
       // Position in the promotion period. The two consumer warpgroups are
       // half a period apart, so that one drains its MMAs for a promotion
@@ -207,14 +321,7 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
       const bool fresh = kt == tile.k_begin || (kPromote > 0 && phase % kPromote == 0);
       const bool promote = kPromote > 0 && ((phase + 1) % kPromote == 0 || kt + 1 == tile.k_end);
       ptx::mbarrier_wait(&full[s], (it / Cfg::kStages) & 1);
-      const uint32_t a0 = ptx::smem_addr(tile_a(s)) + c * 64 * 128;
-      const uint32_t b0 = ptx::smem_addr(tile_b(s));
-      ptx::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < Cfg::BK / 8; ++kk) {
-        ptx::wgmma_tf32<Cfg::BN>(acc, ptx::smem_desc_kmajor_sw128(a0 + kk * 32),
-                                 ptx::smem_desc_kmajor_sw128(b0 + kk * 32), !fresh || kk > 0);
-      }
+      issue(s, fresh);
       ptx::wgmma_commit_group();
       if (promote) {
         // Every MMA of the period must be done before its sum is read.
@@ -234,7 +341,65 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
         ptx::wgmma_wait_group<1>();
         if (!previous_released) release(it - 1);
         previous_released = false;
+        previous_done();
       }
+      ++it;
+    };
+    if constexpr (Cfg::kSwapAB) {
+      // The fragments of two consecutive k-tiles: one is read by MMAs in
+      // flight while the other is loaded.
+      uint32_t frag[2][Cfg::BK / 8][4];
+      auto keep_alive = [](uint32_t(&f)[Cfg::BK / 8][4]) {
+#pragma unroll
+        for (int kk = 0; kk < Cfg::BK / 8; ++kk)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) ptx::keep_operand(f[kk][i]);
+      };
+      // One k-tile in the RS form: the whole k-tile's fragments first (TMA
+      // rounded them to TF32), so one fence covers them, then its MMAs.
+      auto issue_rs = [&](uint32_t(&f)[Cfg::BK / 8][4], int s, bool fresh) {
+        const uint32_t a0 = ptx::smem_addr(tile_a(s));
+        const uint32_t b0 = ptx::smem_addr(tile_b(s));
+#pragma unroll
+        for (int kk = 0; kk < Cfg::BK / 8; ++kk)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) f[kk][i] = ptx::ld_shared_b32(a0 + a_offset[i] + kk * 8 * 128);
+        ptx::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < Cfg::BK / 8; ++kk)
+          ptx::wgmma_m64n256k8_tf32_rs(acc, f[kk], ptx::smem_desc_kmajor_sw128(b0 + kk * 32),
+                                       !fresh || kk > 0);
+      };
+      // Two k-tiles per trip, one per fragment buffer, so that each buffer
+      // keeps its registers, and an odd count's first k-tile alone on buffer
+      // 1: wherever the loop starts a trip, only buffer 1 can still be read
+      // by MMAs in flight. (Choosing the buffer by a branch made ptxas add a
+      // dummy wgmma where the branches join; a conditional second k-tile in
+      // the trip made it serialize every wgmma.) A buffer is free once the
+      // MMAs of the k-tile after it have waited for it: keep_alive there.
+      auto rs0 = [&](int s, bool fresh) { issue_rs(frag[0], s, fresh); };
+      auto rs1 = [&](int s, bool fresh) { issue_rs(frag[1], s, fresh); };
+      int kt = tile.k_begin;
+      if ((tile.k_end - kt) % 2 == 1) k_tile(kt++, rs1, [] {});
+      for (; kt < tile.k_end; kt += 2) {
+        k_tile(kt, rs0, [&] { keep_alive(frag[1]); });
+        k_tile(kt + 1, rs1, [&] { keep_alive(frag[0]); });
+      }
+      ptx::wgmma_wait_group<0>();
+      keep_alive(frag[0]);
+      keep_alive(frag[1]);
+    } else {
+      auto ss = [&](int s, bool fresh) {
+        const uint32_t a0 = ptx::smem_addr(tile_a(s)) + c * 64 * 128;
+        const uint32_t b0 = ptx::smem_addr(tile_b(s));
+        ptx::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < Cfg::BK / 8; ++kk) {
+          ptx::wgmma_tf32<Cfg::BN>(acc, ptx::smem_desc_kmajor_sw128(a0 + kk * 32),
+                                   ptx::smem_desc_kmajor_sw128(b0 + kk * 32), !fresh || kk > 0);
+        }
+      };
+      for (int kt = tile.k_begin; kt < tile.k_end; ++kt) k_tile(kt, ss, [] {});
     }
     ptx::wgmma_wait_group<0>();  // unconditional: ptxas must see it before acc is read
     if (!previous_released) release(it - 1);
@@ -242,6 +407,8 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
     for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
 
     if constexpr (kPromote > 0) store_tile<Cfg>(p, map_c, total, epilogue_smem, tile, c, lane);
+    else if constexpr (Cfg::kSwapAB)
+      store_tile_transposed<Cfg>(p, map_c, acc, epilogue_smem, tile, c, lane);
     else store_tile<Cfg>(p, map_c, acc, epilogue_smem, tile, c, lane);
   }
   // The last TMA stores must have read their shared memory before we exit.
@@ -312,7 +479,14 @@ __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kTh
           ptx::mbarrier_wait(&empty[s], ((it / Cfg::kStages) & 1) ^ 1);
           // Our A tile, plus all kClusterM slices of B (ours and the peers').
           ptx::mbarrier_arrive_expect_tx(&full[s], Cfg::kStageBytes);
-          ptx::tma_load_3d(tile_a(s), &map_a, &full[s], kt * Cfg::BK, int(tile.m0), batch_a);
+          if constexpr (Cfg::kSwapAB) {
+            // B^T from the row-major B: boxes of 32 k-rows x 32 columns.
+            for (int box = 0; box < Cfg::BM / 32; ++box)
+              ptx::tma_load_3d(tile_a(s) + box * 32 * Cfg::BK * 4, &map_a, &full[s],
+                               int(tile.m0 + 32 * box), kt * Cfg::BK, batch_a);
+          } else {
+            ptx::tma_load_3d(tile_a(s), &map_a, &full[s], kt * Cfg::BK, int(tile.m0), batch_a);
+          }
           if constexpr (Cfg::kClusterM == 1) {
             ptx::tma_load_3d(tile_b(s), &map_b, &full[s], kt * Cfg::BK, int(tile.n0), batch_b);
           } else {
@@ -350,16 +524,26 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
                               cudaStream_t stream) {
   constexpr CUtensorMapDataType kTF32 = CU_TENSOR_MAP_DATA_TYPE_TFLOAT32;
   CUtensorMap map_a, map_b, map_c{};
-  if (!encode_matrix(&map_a, kTF32, p.A, p.M, p.K, p.lda, p.batch, p.batch_stride_a, Cfg::BM) ||
-      !encode_matrix(&map_b, kTF32, p.B, p.N, p.K, p.ldb, p.batch, p.batch_stride_b,
-                     Cfg::BN / Cfg::kClusterM))
-    return cudaErrorInvalidValue;
+  // The kernel's operands: A [M][K] and B [N][K], or with kSwapAB A = B^T
+  // (read from the row-major B [K][N] in 32 x 32 boxes) and B = A.
+  const bool encoded =
+      Cfg::kSwapAB
+          ? encode_matrix(&map_a, kTF32, p.B, p.K, p.N, p.ldb, p.batch, p.batch_stride_b, Cfg::BK) &&
+                encode_matrix(&map_b, kTF32, p.A, p.M, p.K, p.lda, p.batch, p.batch_stride_a,
+                              Cfg::BN / Cfg::kClusterM)
+          : encode_matrix(&map_a, kTF32, p.A, p.M, p.K, p.lda, p.batch, p.batch_stride_a, Cfg::BM) &&
+                encode_matrix(&map_b, kTF32, p.B, p.N, p.K, p.ldb, p.batch, p.batch_stride_b,
+                              Cfg::BN / Cfg::kClusterM);
+  if (!encoded) return cudaErrorInvalidValue;
   const int k_tiles = int(ceil_div(p.K, Cfg::BK));
   const int k_tiles_per_split = int(ceil_div(k_tiles, splits));
   splits = int(ceil_div(k_tiles, k_tiles_per_split));  // no empty split
-  wgmma_detail::WgmmaParams params{p.M, p.N, p.K, p.batch, p.C, p.ldc, p.batch_stride_c, p.epilogue,
-                     p.batch_stride_a != 0, p.batch_stride_b != 0, false, splits,
-                     k_tiles_per_split};
+  const bool a_batched = p.batch_stride_a != 0, b_batched = p.batch_stride_b != 0;
+  wgmma_detail::WgmmaParams params{Cfg::kSwapAB ? p.N : p.M, Cfg::kSwapAB ? p.M : p.N, p.K,
+                     p.batch, p.C, p.ldc, p.batch_stride_c, p.epilogue,
+                     Cfg::kSwapAB ? b_batched : a_batched, Cfg::kSwapAB ? a_batched : b_batched,
+                     false, splits, k_tiles_per_split};
+  // C (or the partials) as stored: always C's own M x N, row-major.
   const int64_t ldp = splitk_partials_ld(p.N);
   if (splits > 1) {  // raw partial products; the reduction applies the epilogue
     params.C = partials;
@@ -367,12 +551,12 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
     params.batch_stride_c = p.M * ldp;
     params.epilogue = Epilogue{};
     params.tma_store = encode_matrix(&map_c, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, partials, p.M, p.N,
-                                     ldp, splits, p.M * ldp, 64);
+                                     ldp, splits, p.M * ldp, Cfg::kStoreBoxRows);
     if (!params.tma_store) return cudaErrorInvalidValue;
   } else {
     params.tma_store = tma_compatible(p.C, p.M, p.ldc, p.batch, p.batch_stride_c) &&
                        encode_matrix(&map_c, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.C, p.M, p.N,
-                                     p.ldc, p.batch, p.batch_stride_c, 64);
+                                     p.ldc, p.batch, p.batch_stride_c, Cfg::kStoreBoxRows);
   }
   auto kernel = wgmma_detail::wgmma_gemm_kernel<Cfg>;
   static std::atomic<uint64_t> smem_configured{0};
