@@ -1,5 +1,5 @@
 """What the benchmarks share: the run's header line, input sets rotated past
-the L2 cache, timing with torch.utils.benchmark, the Markdown output."""
+the L2 cache, interleaved timing with torch.utils.benchmark, the Markdown output."""
 
 import datetime
 import itertools
@@ -26,17 +26,40 @@ def rotation_count(bytes_per_set: int) -> int:
     return max(1, math.ceil(3 * L2_BYTES / bytes_per_set))
 
 
-def time_rotating(fn, sets, label, sub_label, description, min_run_time=1.0):
-    """blocked_autorange (median of CUDA-synchronized blocks after warm-up)
-    of fn(*inputs), each call taking the next input tuple of `sets`."""
-    cycle = itertools.cycle(sets)
+def time_interleaved(variants, sets, label, sub_label, min_run_time=1.0, rounds=5):
+    """Time per call of every variant, {name: Measurement}: `variants` maps a
+    name to (fn, context) where context() wraps its timing (e.g. torch's TF32
+    setting); each call of fn(*inputs) takes the next input tuple of `sets`.
 
-    def step():
-        fn(*next(cycle))
+    torch.utils.benchmark, CUDA-synchronized, after warm-up; the variants take
+    turns, `rounds` times (each round starting one variant later), each turn
+    a block of about min_run_time / rounds seconds, and each Measurement
+    holds its variant's blocks (median over them). Timed one after the other instead, whichever variant ran while the
+    GPU was hotter lost: the H200's clock drops under sustained load, and
+    session 7's sequential runs put ours at 0.94-0.97x cuBLAS at 8192^3 and
+    16384^3 where turns gave 1.00-1.03x.
+    """
+    timers, numbers = {}, {}
+    for name, (fn, context) in variants.items():
+        cycle = itertools.cycle(sets)
 
-    timer = benchmark.Timer(stmt="step()", globals={"step": step}, label=label, sub_label=sub_label,
-                            description=description)
-    return timer.blocked_autorange(min_run_time=min_run_time)
+        def step(fn=fn, cycle=cycle):
+            fn(*next(cycle))
+
+        timers[name] = benchmark.Timer(stmt="step()", globals={"step": step}, label=label,
+                                       sub_label=sub_label, description=name)
+        with context():
+            step()  # warm-up: kernel selection, workspace allocation
+            once = timers[name].timeit(1).median
+        numbers[name] = max(1, int(min_run_time / rounds / max(once, 1e-6)))
+    blocks = {name: [] for name in variants}
+    names = list(variants)
+    for r in range(rounds):
+        # Each round starts with the next variant: none always follows the same one.
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            with variants[name][1]():
+                blocks[name].append(timers[name].timeit(numbers[name]))
+    return {name: benchmark.Measurement.merge(measurements)[0] for name, measurements in blocks.items()}
 
 
 def markdown_table(columns, rows) -> list:

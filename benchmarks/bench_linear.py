@@ -3,8 +3,8 @@ F.gelu(F.linear(x, w, b)) in TF32 and in FP32, measured in the same run; and
 a Llama-style block's forward (float32) swapped by swap_linear_ against the
 same block unswapped.
 
-Timing as in bench_matmul.py: torch.utils.benchmark blocked_autorange
-medians, inputs and weights rotated past the L2 cache (each layer's weight
+Timing as in bench_matmul.py: torch.utils.benchmark medians, the layer
+variants taking turns block by block, inputs and weights rotated past the L2 cache (each layer's weight
 comes from HBM, as in a model with many layers). TFLOP/s = 2·M·N·K / t
 (the epilogue's work is not counted). Accuracy: ‖out − ref‖/‖ref‖ against
 the float64 computation on the same inputs.
@@ -20,7 +20,7 @@ import torch.nn.functional as F
 import torch.utils.benchmark as benchmark
 
 import pygpukit_torch
-from _common import append_markdown, markdown_table, rotation_count, run_header, time_rotating
+from _common import append_markdown, markdown_table, rotation_count, run_header, time_interleaved
 from pygpukit_torch.testing import LlamaBlock, cublas_tf32, rel_error
 
 DEVICE = "cuda"
@@ -52,10 +52,12 @@ def bench_layers(shapes, results):
         ref = F.gelu(F.linear(x.double(), w.double(), b.double()))
         sub = f"M={m} {k}->{n}"
         row = {}
-        for name, (fn, tf32) in VARIANTS.items():
-            with tf32_setting(tf32):
+        timed = {name: (fn, lambda tf32=tf32: tf32_setting(tf32)) for name, (fn, tf32) in VARIANTS.items()}
+        measured = time_interleaved(timed, sets, "linear + bias + GELU", sub, len(timed))
+        for name, (fn, context) in timed.items():
+            with context():
                 err = rel_error(fn(x, w, b), ref)
-                r = time_rotating(fn, sets, "linear + bias + GELU", sub, name)
+            r = measured[name]
             results.append(r)
             row[name] = (2 * m * n * k / r.median / 1e12, err)
         info = pygpukit_torch.kernel_info(x, w.mT)

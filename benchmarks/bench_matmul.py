@@ -1,9 +1,11 @@
 """Throughput of pygpukit matmul_tf32 against torch.matmul (cuBLAS) in FP32 and
 TF32, measured in the same run.
 
-Timing: torch.utils.benchmark.Timer.blocked_autorange (median of CUDA-synced
-blocks after warm-up); each call takes the next of several input sets whose
-total size exceeds the L2 cache, so small shapes are not timed out of L2.
+Timing: torch.utils.benchmark (median of CUDA-synced blocks after warm-up),
+the variants of a shape taking turns block by block (_common.time_interleaved)
+so that clock drift hits them alike; each call takes the next of several
+input sets whose total size exceeds the L2 cache, so small shapes are not
+timed out of L2.
 TFLOP/s = 2·M·N·K / median time. Accuracy: ‖out − ref‖/‖ref‖ against the
 float64 product of the same inputs.
 
@@ -20,7 +22,7 @@ import torch
 import torch.utils.benchmark as benchmark
 
 import pygpukit_torch
-from _common import append_markdown, markdown_table, rotation_count, run_header, time_rotating
+from _common import append_markdown, markdown_table, rotation_count, run_header, time_interleaved
 from pygpukit_torch.testing import cublas_tf32, rel_error
 
 # The canonical shape set: (kind, M, N, K, layout). Layout letters are A then
@@ -70,7 +72,8 @@ def main():
     parser.add_argument("--tf32x3", action="store_true",
                         help="also time precision='tf32x3' (3xTF32), reported against cuBLAS FP32")
     parser.add_argument("--json", help="write the measurements here (for benchmarks/plot_results.py)")
-    parser.add_argument("--min-run-time", type=float, default=0.5, help="seconds of timing per variant")
+    parser.add_argument("--min-run-time", type=float, default=0.5,
+                        help="seconds of timing per variant (and shape), in 5 turns")
     args = parser.parse_args()
 
     header = run_header()
@@ -94,10 +97,13 @@ def main():
         ref = torch.matmul(a0.double(), b0.double())
         sub = f"{kind} {m}x{n}x{k} {layout}"
         row = {"shape": sub}
-        for name, (fn, tf32) in variants.items():
-            with cublas_tf32(bool(tf32)) if tf32 is not None else contextlib.nullcontext():
+        timed = {name: (fn, (lambda tf32=tf32: cublas_tf32(tf32)) if tf32 is not None else contextlib.nullcontext)
+                 for name, (fn, tf32) in variants.items()}
+        measured = time_interleaved(timed, sets, "matmul TFLOP/s", sub, len(timed) * args.min_run_time)
+        for name, (fn, context) in timed.items():
+            with context():
                 err = rel_error(fn(a0, b0), ref)
-                r = time_rotating(fn, sets, "matmul TFLOP/s", sub, name, args.min_run_time)
+            r = measured[name]
             results.append(r)
             row[name] = (2 * m * n * k / r.median / 1e12, err, r.median * 1e6)
         info = pygpukit_torch.kernel_info(a0, b0)
