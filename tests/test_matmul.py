@@ -223,13 +223,15 @@ def test_more_than_2_31_elements(kernel):
 
 @requires_cuda
 @pytest.mark.parametrize("case", ["tails", "batched", "broadcast_b", "broadcast_a", "split_k", "odd_n",
-                                  "linear_gelu", "linear_odd_n"])
+                                  "linear_gelu", "linear_odd_n", "odd_k_tiles_many_tiles", "n_under_cluster"])
 def test_swap_ab_path(case):
     """The wgmma kernel's SwapAB variant (a @ b with both operands row-major,
     B read in place): M, N and K tails, batches with either operand broadcast,
     split-K, an output whose rows are not 16-byte aligned (copied out by the
-    warpgroup instead of TMA-stored), and linear_tf32's fused bias and
-    activation on a weight stored [in, out]."""
+    warpgroup instead of TMA-stored), linear_tf32's fused bias and
+    activation on a weight stored [in, out], an odd k-tile count (the peeled
+    first k-tile) on CTAs that run several work tiles, and N below one
+    cluster's two tiles (the second lies wholly past C's last column)."""
     if not kernel_runs_here("wgmma_swap_ab"):
         pytest.skip("the wgmma kernel does not run on this GPU or build")
     def row_major(*shape):  # 16-byte aligned rows even for an odd last dimension
@@ -247,6 +249,10 @@ def test_swap_ab_path(case):
         a, b = row_major(256, 8192), row_major(8192, 256)
     elif case == "odd_n":
         a, b = row_major(1000, 1000), row_major(1000, 1001)
+    elif case == "odd_k_tiles_many_tiles":  # 3 k-tiles, 128 clusters > one per SM pair
+        a, b = row_major(4096, 96), row_major(96, 2048)
+    elif case == "n_under_cluster":
+        a, b = row_major(300, 64), row_major(64, 100)
     else:
         n = 1536 if case == "linear_gelu" else 1001
         x, w_t, bias = row_major(700, 512), row_major(512, n), torch.randn(n, device="cuda")

@@ -214,15 +214,6 @@ __device__ __forceinline__ void fence_operand(float& r) {
   asm volatile("" : "+f"(r)::"memory");
 }
 
-// Keeps a register that an in-flight wgmma reads as its A operand alive
-// up to this point: wgmma reads A asynchronously until wgmma.wait_group, but
-// ptxas may reuse the register after issue (observed on the H200: the next
-// k-tile's loads overwrote the fragment of MMAs still running). A use, not a
-// definition: a definition between the MMAs makes ptxas serialize them.
-__device__ __forceinline__ void keep_operand(uint32_t r) {
-  asm volatile("" ::"r"(r) : "memory");
-}
-
 // The 128 accumulator operands of wgmma.m64n256k8 (%0..%127 and their
 // constraints), shared by its SS and RS wrappers.
 #define PYGPUKIT_WGMMA_ACC128_LIST \
@@ -304,9 +295,9 @@ __device__ __forceinline__ void wgmma_m64n128k8_tf32(float (&d)[64], uint64_t de
 // elements (16w + g, t), (16w + g + 8, t), (16w + g, t + 4), (16w + g + 8, t + 4),
 // g = lane / 4, t = lane % 4 (CuTe's ALayout_64x8 for 32-bit types); B is
 // K-major in shared memory as for wgmma_m64n256k8_tf32. The A registers must
-// stay unchanged until the wgmma completes (wgmma.wait_group), which ptxas
-// enforces; values are used as TF32 (the low 13 mantissa bits ignored), so
-// they must already be rounded.
+// stay unchanged until the wgmma completes (wgmma.wait_group): that is the
+// caller's job, ptxas does not enforce it. Values are used as TF32 (the low
+// 13 mantissa bits ignored), so they must already be rounded.
 __device__ __forceinline__ void wgmma_m64n256k8_tf32_rs(float (&d)[128], const uint32_t (&a)[4],
                                                         uint64_t desc_b, bool accumulate) {
   asm volatile(

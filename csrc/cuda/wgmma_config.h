@@ -49,8 +49,9 @@ struct WgmmaConfig {
   static constexpr int kStageBytesA = BM * BK * 4, kStageBytesB = BN * BK * 4;
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
   // The epilogue stages C through shared memory in 64 x 32 chunks (one
-  // 128-byte swizzle atom wide), double-buffered per consumer warpgroup, and
-  // TMA stores them: coalesced, clipped at the edges, and asynchronous, so
+  // 128-byte swizzle atom wide; with kSwapAB 32 rows x 64 columns of C, as
+  // two 32 x 32 boxes), double-buffered per consumer warpgroup, and TMA
+  // stores them: coalesced, clipped at the edges, and asynchronous, so
   // the consumers start the next tile while the stores drain.
   static constexpr int kEpilogueCols = 32;
   static constexpr int kEpilogueBufferBytes = 64 * kEpilogueCols * 4;

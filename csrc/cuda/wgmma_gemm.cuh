@@ -263,8 +263,8 @@ __device__ __forceinline__ void store_tile_transposed(const WgmmaParams& p,
         ptx::bulk_commit_group();
       }
     } else {
-      // Every lane reads back what it wrote in the pass above (or the first
-      // barrier ordered): no further barrier.
+      // Every lane reads back what it wrote in the pass above, or what the
+      // barrier after the writes ordered: no further barrier.
       float* const C = p.C + tile.batch * p.batch_stride_c;
 #pragma unroll 4
       for (int r = first_row; r < first_row + 16; ++r) {
@@ -308,9 +308,8 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
     bool previous_released = true;  // the slot of k-tile kt - 1 (none before the first)
     bool first_chunk = true;        // no promoted sum yet in this tile
     // One k-tile: wait for its slot, issue(s, fresh) its MMAs, then either
-    // promote or keep them in flight while releasing the previous slot;
-    // previous_done() runs once the previous k-tile's MMAs are complete.
-    auto k_tile = [&](int kt, auto&& issue, auto&& previous_done) {
+    // promote or keep them in flight while releasing the previous slot.
+    auto k_tile = [&](int kt, auto&& issue) {
       const int s = it % Cfg::kStages;
       // Position in the promotion period. The two consumer warpgroups are
       // half a period apart, so that one drains its MMAs for a promotion
@@ -341,7 +340,6 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
         ptx::wgmma_wait_group<1>();
         if (!previous_released) release(it - 1);
         previous_released = false;
-        previous_done();
       }
       ++it;
     };
@@ -349,12 +347,6 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
       // The fragments of two consecutive k-tiles: one is read by MMAs in
       // flight while the other is loaded.
       uint32_t frag[2][Cfg::BK / 8][4];
-      auto keep_alive = [](uint32_t(&f)[Cfg::BK / 8][4]) {
-#pragma unroll
-        for (int kk = 0; kk < Cfg::BK / 8; ++kk)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) ptx::keep_operand(f[kk][i]);
-      };
       // One k-tile in the RS form: the whole k-tile's fragments first (TMA
       // rounded them to TF32), so one fence covers them, then its MMAs.
       auto issue_rs = [&](uint32_t(&f)[Cfg::BK / 8][4], int s, bool fresh) {
@@ -370,24 +362,26 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
           ptx::wgmma_m64n256k8_tf32_rs(acc, f[kk], ptx::smem_desc_kmajor_sw128(b0 + kk * 32),
                                        !fresh || kk > 0);
       };
-      // Two k-tiles per trip, one per fragment buffer, so that each buffer
-      // keeps its registers, and an odd count's first k-tile alone on buffer
-      // 1: wherever the loop starts a trip, only buffer 1 can still be read
-      // by MMAs in flight. (Choosing the buffer by a branch made ptxas add a
-      // dummy wgmma where the branches join; a conditional second k-tile in
-      // the trip made it serialize every wgmma.) A buffer is free once the
-      // MMAs of the k-tile after it have waited for it: keep_alive there.
+      // wgmma reads its A registers until the wait_group that retires it, and
+      // nothing (not ptxas) keeps a load from overwriting them before: one
+      // array reloaded every k-tile did, while wait_group<1> kept the previous
+      // k-tile's MMAs running (wrong results on the H200). So k-tiles
+      // alternate between two arrays: the one a k-tile loads was last read
+      // by the MMAs of two k-tiles before, which the previous k-tile's
+      // wait_group<1> retired. Two k-tiles per trip give each array fixed
+      // registers, and an odd count's first k-tile runs alone on array 1, so
+      // that wherever a trip starts only array 1 can still be in flight.
+      // (Choosing the array by a branch made ptxas add a dummy wgmma where
+      // the branches join; a conditional second k-tile in the trip made it
+      // serialize every wgmma.)
       auto rs0 = [&](int s, bool fresh) { issue_rs(frag[0], s, fresh); };
       auto rs1 = [&](int s, bool fresh) { issue_rs(frag[1], s, fresh); };
       int kt = tile.k_begin;
-      if ((tile.k_end - kt) % 2 == 1) k_tile(kt++, rs1, [] {});
+      if ((tile.k_end - kt) % 2 == 1) k_tile(kt++, rs1);
       for (; kt < tile.k_end; kt += 2) {
-        k_tile(kt, rs0, [&] { keep_alive(frag[1]); });
-        k_tile(kt + 1, rs1, [&] { keep_alive(frag[0]); });
+        k_tile(kt, rs0);
+        k_tile(kt + 1, rs1);
       }
-      ptx::wgmma_wait_group<0>();
-      keep_alive(frag[0]);
-      keep_alive(frag[1]);
     } else {
       auto ss = [&](int s, bool fresh) {
         const uint32_t a0 = ptx::smem_addr(tile_a(s)) + c * 64 * 128;
@@ -399,7 +393,7 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
                                    ptx::smem_desc_kmajor_sw128(b0 + kk * 32), !fresh || kk > 0);
         }
       };
-      for (int kt = tile.k_begin; kt < tile.k_end; ++kt) k_tile(kt, ss, [] {});
+      for (int kt = tile.k_begin; kt < tile.k_end; ++kt) k_tile(kt, ss);
     }
     ptx::wgmma_wait_group<0>();  // unconditional: ptxas must see it before acc is read
     if (!previous_released) release(it - 1);
