@@ -167,7 +167,6 @@ Choice choose_wgmma(const GemmProblem& p, Precision precision, const DeviceInfo&
   return wgmma_choice<WgmmaLarge>(Kernel::kWgmmaLarge, p, d);
 }
 
-
 // The problem as the skinny kernel reads it, both operands K-major: a single
 // column of B described row-major (as the adapter describes matmul's vector
 // b or a one-row weight) is column-major too when its K elements are
@@ -256,9 +255,9 @@ Choice skinny_choice(const GemmProblem& p, Precision precision, const DeviceInfo
 // benchmarks: auto (default), wgmma, wgmma_swap_ab, mma_sync (the family,
 // automatic tile), mma_sync_large, mma_sync_medium, mma_sync_small, skinny,
 // gemv, fma. A forced kernel that cannot run the problem (wgmma off Hopper,
-// wgmma_swap_ab where swap_ab_runs is false, large tile with unaligned operands, too little shared memory, skinny with M > 16 or
-// gemv with M > 1, or either with an operand that is not K-major and 16-byte
-// aligned) falls back to the automatic choice rather than fail; so does a
+// wgmma_swap_ab where swap_ab_runs is false, large tile with unaligned
+// operands, too little shared memory, skinny with M > 16 or gemv with M > 1,
+// or either with an operand that is not K-major and 16-byte aligned) falls back to the automatic choice rather than fail; so does a
 // name that is none of these (a typo must not quietly turn the Hopper path
 // off). With precision "ieee", any forced kernel but gemv runs the FMA one.
 std::string forced_kernel() {

@@ -111,8 +111,8 @@ using WgmmaPromotedLarge = WgmmaConfig<128, 128, 6, 2, 4>;
 using WgmmaPromotedMedium = WgmmaConfig<128, 128, 6, 1, 4>;
 
 // Runs `problem` (both operands K-major, A row-major and B column-major, or
-// with Config::kSwapAB both row-major; all tma_compatible) with configuration Config on a device of compute
-// capability 9.0 (build with sm_90a). splits > 1 cuts K into that many
+// with Config::kSwapAB both row-major; all tma_compatible) with configuration
+// Config on a device of compute capability 9.0 (build with sm_90a). splits > 1 cuts K into that many
 // ranges (split-K) whose partial products go to `partials`
 // (splits * M * splitk_partials_ld(N) floats) and are then summed in order.
 // Returns cudaErrorInvalidValue if a tensor map cannot be encoded.
