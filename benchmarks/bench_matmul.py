@@ -34,6 +34,8 @@ SHAPES = (
     + [("odd", 4095, 4097, 4099, "nn"), ("odd linear", 4097, 4099, 4095, "nt")]
     + [("decode", m, n, k, "nt") for m in (1, 16) for n, k in ((4096, 4096), (14336, 4096), (4096, 14336))]
     + [("decode", 128, 4096, 4096, "nt")]
+    # x @ W with the weight stored [in, out] (GPT-2's Conv1D): B row-major.
+    + [("decode", m, 4096, 4096, "nn") for m in (1, 16, 128)]
     + [("layout", 8192, 8192, 8192, lay) for lay in ("nt", "tn", "tt")]
 )
 QUICK = [s for s in SHAPES if s[1:4] in ((4096, 4096, 4096), (8192, 8192, 8192), (1, 4096, 4096), (128, 4096, 4096))

@@ -35,18 +35,20 @@ def force_kernel(kernel: str) -> Iterator[None]:
     Args:
         kernel: one of ``pygpukit_torch.dispatch.KERNELS``. ``wgmma``: the Hopper TMA + wgmma
             kernel (sm_90a builds on compute capability 9.0). ``wgmma_swap_ab``:
-            its variant for a plain ``a @ b`` with both operands row-major and
-            16-byte aligned (M > 128, precision "tf32"), which reads B in place
-            instead of packing it K-major first (the automatic choice for
-            such products, unless 128x128 tiles finish sooner). ``mma_sync``:
+            its variants for a plain ``a @ b`` with both operands row-major and
+            16-byte aligned (precision "tf32"; 128-row tiles for M <= 128, 256
+            above), which read B in place instead of packing it K-major first
+            (the automatic choice for such products, unless 128x128 tiles
+            finish sooner at M > 128). ``mma_sync``:
             the portable mma.sync kernel with its automatic tile choice;
             ``mma_sync_large|medium|small``: one tile configuration.
             ``skinny``: the decode-sized-M kernel (M <= 16, both operands
             K-major as in ``F.linear``, 16-byte aligned; sm_80 and newer).
-            ``gemv``: the single-row kernel (M = 1, FP32 FMAs whatever the
-            precision; the same operand rules as ``skinny``), which the
-            automatic choice takes for every such row; forcing another
-            kernel runs that one instead.
+            ``gemv``: the single-row kernels (M = 1, FP32 FMAs whatever the
+            precision; the weight either K-major as for ``skinny`` or
+            row-major as in ``x @ W`` with ``W`` stored [in, out], 16-byte
+            aligned), which the automatic choice takes for every such row;
+            forcing another kernel runs that one instead.
             ``fma``: the FP32 CUDA-core kernel. ``auto``: the dispatcher's
             choice.
 

@@ -67,5 +67,14 @@ for per_sm, k in ((0, 1), (0, 131), (5, 1004), (10, 131), (20, 65), (40, 1000)):
     out = pygpukit_torch.linear_tf32(x, w, b, "gelu")
     ref = F.gelu(F.linear(x.double(), w.double(), b.double()))
     assert float((out.double() - ref).norm() / ref.norm()) < 1e-5, (n, k)
+# One row of x on a row-major weight (x @ W, W [k, n]): the row-major GEMV,
+# with split-K counts from 1 to 32, a chunk cut by N's end and a K tail.
+for n, k in ((45, 1), (1001, 131), (4097, 4099), (4 * 128 * sms + 3, 70), (130, 4096)):
+    x, b = torch.randn(k, device="cuda"), torch.randn(n, device="cuda")
+    w = torch.randn(k, (n + 3) // 4 * 4, device="cuda")[:, :n]
+    assert "B read row by row" in pygpukit_torch.kernel_info(x, w)
+    out = pygpukit_torch.linear_tf32(x, w.t(), b, "gelu")
+    ref = F.gelu(F.linear(x.double(), w.t().double(), b.double()))
+    assert float((out.double() - ref).norm() / ref.norm()) < 1e-5, (n, k)
 torch.cuda.synchronize()
 print("sanitizer smoke: all cases ran and matched")

@@ -1,5 +1,6 @@
-"""The single-row kernel (csrc/cuda/gemv.cu): x[1, K] @ w[N, K].T in FP32
-FMAs for every precision, with x and w K-major and 16-byte aligned. Values
+"""The single-row kernels: x[1, K] @ w[N, K].T (csrc/cuda/gemv.cu, x and w
+K-major) and x[1, K] @ W[K, N] (csrc/cuda/gemv_rowmajor.cu, W row-major), in
+FP32 FMAs for every precision, with the weight 16-byte aligned. Values
 against float64 with NaN-poisoned outputs over the edges of N and K and of
 every K-slice count, the fused epilogue of linear_tf32, special values, the
 automatic choice and its fallbacks, and bitwise determinism."""
@@ -136,7 +137,7 @@ def test_forcing_and_fallbacks():
     # two rows, a weight row that is not 16-byte aligned, a row-major B.
     cases = {"two rows": (rows(2, 1000), w.mT),
              "unaligned weight": (x, torch.randn(300 * 1000 + 1, device="cuda")[1:].view(300, 1000).mT),
-             "row-major B": (x, w.mT.contiguous())}
+             "unaligned row-major B": (x, torch.randn(1000, 301, device="cuda")[:, 1:])}
     for kernel in ("auto", "gemv"):
         with pygpukit_torch.force_kernel(kernel):
             for name, (a, b) in cases.items():
@@ -166,3 +167,104 @@ def test_weight_of_more_than_2_31_elements():
     last = slice(n - 64, n)  # the last 8 of these rows start past element 2^31
     assert_matmul_close(out[:, last].contiguous(), x, w[last].mT)
     del w
+
+
+# The row-major weight: x @ W with W[K, N] (gemv_rowmajor.cu).
+
+def rowmajor_weight(k: int, n: int) -> torch.Tensor:
+    """A [k, n] row-major CUDA matrix whose rows start 16 bytes apart for any n."""
+    return torch.randn(k, (n + 3) // 4 * 4, device="cuda")[:, :n]
+
+
+def splits_of_rowmajor(info):
+    """The split-K count that kernel_info reports for a row-major gemv call."""
+    assert "B read row by row" in info, info
+    match = re.search(r"split-K (\d+)", info)
+    return int(match.group(1)) if match else 1
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("n,k", [(4096, 4096), (14336, 4096), (4096, 14336), (768, 3072)])
+def test_rowmajor_b_at_fp32_accuracy(n, k, precision):
+    """x @ W for a weight stored [in, out]: read in place by the row-major
+    GEMV (no K-major copy of W), FP32 for every precision, bitwise the same."""
+    x, w = torch.randn(1, k, device="cuda"), torch.randn(k, n, device="cuda")
+    info = kernel_info(x, w, precision=precision)
+    assert "B read row by row" in info and "pack" not in info, info
+    out = poisoned_matmul(x, w, precision)
+    assert_matmul_close(out, x, w, precision="ieee")
+    assert rel_error(out, matmul_reference(x, w)) < 1e-6
+    torch.testing.assert_close(out, matmul_tf32(x, w, precision="ieee"), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("k", [1, 7, 8, 63, 64, 65, 511, 4099])
+@pytest.mark.parametrize("n", [2, 3, 5, 127, 128, 129, 1000, 4097])
+def test_rowmajor_b_edges_of_n_and_k(n, k):
+    """Column blocks cut by N's end (a lane with 1-3 columns, lanes with
+    none), K groups cut by K's end, and the split counts these give (1 for
+    small K, up to 32)."""
+    x, w = rows(1, k), rowmajor_weight(k, n)
+    info = kernel_info(x, w)
+    assert splits_of_rowmajor(info) >= 1
+    out = poisoned_matmul(x, w)
+    assert_matmul_close(out, x, w, precision="ieee")
+    # A 1-D x is the same row.
+    torch.testing.assert_close(matmul_tf32(x[0], w), out[0], rtol=0, atol=0)
+
+
+def test_rowmajor_b_split_counts():
+    """The choice fills the SMs once: 1 split when the column blocks alone
+    do, more for fewer columns, at most 32, each split at least 64 rows."""
+    assert splits_of_rowmajor(kernel_info(rows(1, 64), rowmajor_weight(64, 4 * 128 * sms()))) == 1
+    assert splits_of_rowmajor(kernel_info(rows(1, 4096), rowmajor_weight(4096, 128))) == 32
+    assert splits_of_rowmajor(kernel_info(rows(1, 192), rowmajor_weight(192, 128))) == 3
+    # 4 splits of 65 rows become 3 of 128 (two whole 64-row steps each).
+    assert splits_of_rowmajor(kernel_info(rows(1, 260), rowmajor_weight(260, 128))) == 3
+    info = kernel_info(rows(1, 4096), rowmajor_weight(4096, 4096))
+    assert 1 < splits_of_rowmajor(info) <= 32, info
+
+
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("n,k", [(70, 300), (4097, 4099), (5000, 33)])
+def test_rowmajor_b_linear_epilogue(n, k, bias, activation):
+    """linear_tf32 with a weight that is the transpose of a row-major [K, N]
+    matrix (Conv1D's layout), with and without K-splits."""
+    x, w_kn = rows(1, k), rowmajor_weight(k, n).div_(k ** 0.5)
+    weight = w_kn.mT  # [N, K], N-major
+    b = torch.randn(n, device="cuda") if bias else None
+    assert "B read row by row" in kernel_info(x, w_kn)
+    poison_next_output((1, n), "cuda")
+    out = linear_tf32(x, weight, b, activation)
+    assert_linear_close(out, x, weight, b, activation, precision="ieee")
+
+
+@pytest.mark.parametrize("n,k", [(4096, 4096), (4096, 14336)])
+def test_rowmajor_b_error_at_most_cublas_fp32(n, k):
+    torch.manual_seed(1)
+    x, w = torch.randn(1, k, device="cuda"), torch.randn(k, n, device="cuda")
+    ref = matmul_reference(x, w)
+    with cublas_tf32(False):
+        cublas = rel_error(torch.matmul(x, w), ref)
+    assert rel_error(matmul_tf32(x, w), ref) <= cublas
+
+
+def test_rowmajor_b_special_values_like_torch():
+    k, n = 300, 1000
+    x, w = rows(1, k), rowmajor_weight(k, n)
+    w[5, 2], w[7, 3], w[299, 999] = float("nan"), float("inf"), float("-inf")
+    got, ref = matmul_tf32(x, w), torch.matmul(x.double(), w.double())
+    assert torch.equal(got.isnan(), ref.isnan())
+    assert torch.equal(got.isinf() & (got > 0), ref.isinf() & (ref > 0))
+    assert torch.equal(got.isinf() & (got < 0), ref.isinf() & (ref < 0))
+    assert int(got.isnan().sum()) == 1 and int(got.isinf().sum()) == 2
+    torch.testing.assert_close(got[got.isfinite()].double(), ref[ref.isfinite()], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n,k", [(4097, 4099), (14336, 4096)])
+def test_rowmajor_b_deterministic_over_500_calls(n, k):
+    x, w, b = rows(1, k), rowmajor_weight(k, n), torch.randn(n, device="cuda")
+    assert "B read row by row" in kernel_info(x, w)
+    first = linear_tf32(x, w.mT, b, "gelu")
+    for _ in range(500):
+        assert torch.equal(linear_tf32(x, w.mT, b, "gelu"), first)

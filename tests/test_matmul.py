@@ -223,7 +223,9 @@ def test_more_than_2_31_elements(kernel):
 
 @requires_cuda
 @pytest.mark.parametrize("case", ["tails", "batched", "broadcast_b", "broadcast_a", "split_k", "odd_n",
-                                  "linear_gelu", "linear_odd_n", "odd_k_tiles_many_tiles", "n_under_cluster"])
+                                  "linear_gelu", "linear_odd_n", "odd_k_tiles_many_tiles", "n_under_cluster",
+                                  "medium_m1", "medium_m16", "medium_m100_split_k", "medium_batched",
+                                  "medium_linear_odd_n"])
 def test_swap_ab_path(case):
     """The wgmma kernel's SwapAB variant (a @ b with both operands row-major,
     B read in place): M, N and K tails, batches with either operand broadcast,
@@ -231,7 +233,10 @@ def test_swap_ab_path(case):
     warpgroup instead of TMA-stored), linear_tf32's fused bias and
     activation on a weight stored [in, out], an odd k-tile count (the peeled
     first k-tile) on CTAs that run several work tiles, and N below one
-    cluster's two tiles (the second lies wholly past C's last column)."""
+    cluster's two tiles (the second lies wholly past C's last column); and
+    the 128-row tiles of decode-sized M (medium_*): one row, 16 rows (TMA
+    zero-fills the other 112), split-K, batches, a bias and activation with
+    an output whose rows are not 16-byte aligned."""
     if not kernel_runs_here("wgmma_swap_ab"):
         pytest.skip("the wgmma kernel does not run on this GPU or build")
     def row_major(*shape):  # 16-byte aligned rows even for an odd last dimension
@@ -253,14 +258,27 @@ def test_swap_ab_path(case):
         a, b = row_major(4096, 96), row_major(96, 2048)
     elif case == "n_under_cluster":
         a, b = row_major(300, 64), row_major(64, 100)
+    elif case == "medium_m1":
+        a, b = row_major(1, 1000), row_major(1000, 4100)
+    elif case == "medium_m16":
+        a, b = row_major(16, 777), row_major(777, 1000)
+    elif case == "medium_m100_split_k":
+        a, b = row_major(100, 4096), row_major(4096, 1000)
+    elif case == "medium_batched":
+        a, b = row_major(3, 50, 96), row_major(3, 96, 388)
+    elif case == "medium_linear_odd_n":
+        x, w_t, bias = row_major(64, 300), row_major(300, 1001), torch.randn(1001, device="cuda")
+        a, b, x_bias_act = x, w_t, (bias, "relu")
     else:
         n = 1536 if case == "linear_gelu" else 1001
         x, w_t, bias = row_major(700, 512), row_major(512, n), torch.randn(n, device="cuda")
         a, b, x_bias_act = x, w_t, (bias, "gelu")
     with pygpukit_torch.force_kernel("wgmma_swap_ab"):
         assert "swap AB" in pygpukit_torch.kernel_info(a, b), pygpukit_torch.kernel_info(a, b)
-        if case == "split_k":
+        if case.endswith("split_k"):
             assert "split-K" in pygpukit_torch.kernel_info(a, b)
+        if case.startswith("medium"):
+            assert "wgmma 128x128" in pygpukit_torch.kernel_info(a, b), pygpukit_torch.kernel_info(a, b)
         if x_bias_act is None:
             assert_matmul_close(run(a, b), a, b)
         else:
@@ -268,3 +286,17 @@ def test_swap_ab_path(case):
             poison_next_output((a.shape[0], b.shape[1]), "cuda")
             out = pygpukit_torch.linear_tf32(a, b.t(), bias, act)
             assert_linear_close(out, a, b.t(), bias, act)
+
+
+@requires_cuda
+@pytest.mark.parametrize("m", [2, 16, 64, 100, 128])
+def test_decode_a_at_b_reads_b_in_place(m):
+    """x @ W with W stored [in, out] at decode-sized M: on Hopper the
+    automatic choice reads W in place (SwapAB on 128-row tiles) rather than
+    packing it K-major on every call."""
+    if not kernel_runs_here("wgmma_swap_ab"):
+        pytest.skip("the wgmma kernel does not run on this GPU or build")
+    x, w = torch.randn(m, 4096, device="cuda"), torch.randn(4096, 4096, device="cuda")
+    info = pygpukit_torch.kernel_info(x, w)
+    assert "swap AB" in info and "pack" not in info, info
+    assert_matmul_close(run(x, w), x, w)

@@ -11,6 +11,7 @@
 #include "fma_gemm.h"
 #include "gemm_problem.h"
 #include "gemv.h"
+#include "gemv_rowmajor.h"
 #include "mma_sync_config.h"
 #include "pack_kmajor.h"
 #include "skinny_gemm.h"
@@ -48,22 +49,23 @@ const DeviceInfo& device_info(int device) {
 }
 
 enum class Kernel {
-  kWgmmaLarge, kWgmmaLargeSwapAB, kWgmmaSquare, kWgmmaMedium, kWgmmaNarrow,
+  kWgmmaLarge, kWgmmaLargeSwapAB, kWgmmaSquare, kWgmmaMedium, kWgmmaMediumSwapAB, kWgmmaNarrow,
   kWgmmaPromotedLarge, kWgmmaPromotedMedium,
   kMmaSyncLarge, kMmaSyncMedium, kMmaSyncSmall, kMmaSyncPromoted,
-  kSkinny, kSkinnyWide, kGemv,
+  kSkinny, kSkinnyWide, kGemv, kGemvRowMajor,
   kFma
 };
 
 struct Choice {
   Kernel kernel;
   bool vec16 = false;  // 16-byte loads (mma_sync; always for skinny)
-  int splits = 1;      // split-K ranges (wgmma) or K-slices per output (gemv)
+  int splits = 1;      // split-K ranges (wgmma, gemv_rowmajor) or K-slices per output (gemv)
 };
 
 bool is_wgmma(Kernel k) {
   return k == Kernel::kWgmmaLarge || k == Kernel::kWgmmaLargeSwapAB ||
          k == Kernel::kWgmmaSquare || k == Kernel::kWgmmaMedium ||
+         k == Kernel::kWgmmaMediumSwapAB ||
          k == Kernel::kWgmmaNarrow ||
          k == Kernel::kWgmmaPromotedLarge || k == Kernel::kWgmmaPromotedMedium;
 }
@@ -133,24 +135,29 @@ bool square_tiles_finish_sooner(const GemmProblem& p, const DeviceInfo& d) {
   return large >= slots && waves(square) * kSquareTileCost < waves(large);
 }
 
-// Whether WgmmaLargeSwapAB can run `p` in place: TF32, A and B row-major
-// (a plain `a @ b`) and both TMA-addressable, and M in WgmmaLarge's range.
-// Where it can, it replaces WgmmaLarge's pack of B. H200, interleaved
-// timing (session 7), time with the pack / time in place: 4096^3 1.13,
+// Whether a kSwapAB configuration can run `p` in place: TF32, A and B
+// row-major (a plain `a @ b`) and both TMA-addressable. Where it can, it
+// replaces the pack of B: WgmmaLargeSwapAB for M > 128 (H200, interleaved
+// timing, session 7, time with the pack / time in place: 4096^3 1.13,
 // 8192^3 1.04, 8192x14336x4096 1.04, 8192x4096x14336 1.04, 16384^3 1.02,
-// 2048^3 1.16; relative error equal to the pack's (ratio 1.000 at 4096^3
-// to 8192^3).
+// 2048^3 1.16; relative error equal to the pack's, ratio 1.000 at 4096^3 to
+// 8192^3), WgmmaMediumSwapAB for decode-sized M, where the pack reads and
+// writes all of B once more (a 4096 x 4096 weight: 33 us, longer than the
+// GEMM).
 bool swap_ab_runs(const GemmProblem& p, Precision precision) {
-  return precision == Precision::kTF32 && p.M > 128 && p.layout_a == Layout::kRowMajor &&
+  return precision == Precision::kTF32 && p.layout_a == Layout::kRowMajor &&
          p.layout_b == Layout::kRowMajor &&
          tma_compatible(p.A, p.M, p.lda, p.batch, p.batch_stride_a) &&
          tma_compatible(p.B, p.K, p.ldb, p.batch, p.batch_stride_b);
 }
 
-// WgmmaLargeSwapAB's choice: its tiles run along N x M.
+// The kSwapAB configuration for `p`: Medium's 128 rows of C for M <= 128,
+// Large's 256 above; its tiles run along N x M.
 Choice swap_ab_choice(GemmProblem p, const DeviceInfo& d) {
+  const bool medium = p.M <= 128;
   std::swap(p.M, p.N);
-  return wgmma_choice<WgmmaLargeSwapAB>(Kernel::kWgmmaLargeSwapAB, p, d);
+  return medium ? wgmma_choice<WgmmaMediumSwapAB>(Kernel::kWgmmaMediumSwapAB, p, d)
+                : wgmma_choice<WgmmaLargeSwapAB>(Kernel::kWgmmaLargeSwapAB, p, d);
 }
 
 // 3xTF32 (its staged problem) takes the configurations that promote their
@@ -160,6 +167,7 @@ Choice choose_wgmma(const GemmProblem& p, Precision precision, const DeviceInfo&
   if (precision == Precision::kTF32x3)
     return p.M <= 128 ? wgmma_choice<WgmmaPromotedMedium>(Kernel::kWgmmaPromotedMedium, p, d)
                       : wgmma_choice<WgmmaPromotedLarge>(Kernel::kWgmmaPromotedLarge, p, d);
+  if (p.M <= 128 && swap_ab_runs(p, precision)) return swap_ab_choice(p, d);
   if (p.M <= 64) return wgmma_choice<WgmmaNarrow>(Kernel::kWgmmaNarrow, p, d);
   if (p.M <= 128) return wgmma_choice<WgmmaMedium>(Kernel::kWgmmaMedium, p, d);
   if (square_tiles_finish_sooner(p, d)) return wgmma_choice<WgmmaSquare>(Kernel::kWgmmaSquare, p, d);
@@ -190,6 +198,13 @@ bool skinny_runs(const GemmProblem& p) {
 // requirements of the skinny kernel.
 bool gemv_runs(const GemmProblem& p) { return p.M == 1 && skinny_runs(p); }
 
+// Whether the row-major GEMV can run `p` (gemv_rowmajor.h): one row of A
+// and a row-major B, 16-byte aligned, as `x @ W` with W stored [in, out].
+bool gemv_rowmajor_runs(const GemmProblem& p) {
+  return p.batch == 1 && p.M == 1 && p.layout_a == Layout::kRowMajor &&
+         p.layout_b == Layout::kRowMajor && aligned16(p.B, p.ldb, 0);
+}
+
 // The GEMV for `p` with its K-slices per output: the fewest that give ~30
 // warps per SM (8-warp CTAs of 52-58 registers, 4 of which fit an SM). H200,
 // graph-timed at M = 1, K = 4096, 1 / 2 / 4 / 8 slices: N = 4096 18.1 /
@@ -201,6 +216,28 @@ Choice gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
   int slices = 1;
   while (slices < kGemvMaxSlices && p.N * slices < kGemvWarpsPerSm * d.sm_count) slices *= 2;
   return {Kernel::kGemv, true, slices};
+}
+
+// The row-major GEMV for `p` with its K-splits: column blocks times splits
+// filling the SMs once at kMinCtasPerSm CTAs each, every split at least one
+// CTA step of rows. At N = K = 4096 on 132 SMs: 32 blocks x 16 splits of 256
+// rows; N = 14336: 112 x 4.
+Choice gemv_rowmajor_choice(const GemmProblem& p, const DeviceInfo& d) {
+  using Cfg = GemvRowMajorConfig;
+  const int64_t wave = int64_t{Cfg::kMinCtasPerSm} * d.sm_count;
+  const int64_t wanted = std::max<int64_t>(
+      std::min<int64_t>({wave / Cfg::col_blocks(p.N), p.K / Cfg::kRowsPerStep,
+                         kGemvRowMajorMaxSplits}),
+      1);
+  // Whole CTA steps per split may leave fewer splits than wanted.
+  const int64_t rows = Cfg::rows_per_split(p.K, int(wanted));
+  return {Kernel::kGemvRowMajor, true, int((p.K + rows - 1) / rows)};
+}
+
+// One row of A: the GEMV for the weight's layout, K-major or row-major.
+bool single_row_runs(const GemmProblem& p) { return gemv_runs(p) || gemv_rowmajor_runs(p); }
+Choice single_row_choice(const GemmProblem& p, const DeviceInfo& d) {
+  return gemv_runs(p) ? gemv_choice(p, d) : gemv_rowmajor_choice(p, d);
 }
 
 // The largest M the automatic choice gives the skinny kernel, which reads B
@@ -256,10 +293,11 @@ Choice skinny_choice(const GemmProblem& p, Precision precision, const DeviceInfo
 // automatic tile), mma_sync_large, mma_sync_medium, mma_sync_small, skinny,
 // gemv, fma. A forced kernel that cannot run the problem (wgmma off Hopper,
 // wgmma_swap_ab where swap_ab_runs is false, large tile with unaligned
-// operands, too little shared memory, skinny with M > 16 or gemv with M > 1,
-// or either with an operand that is not K-major and 16-byte aligned) falls back to the automatic choice rather than fail; so does a
-// name that is none of these (a typo must not quietly turn the Hopper path
-// off). With precision "ieee", any forced kernel but gemv runs the FMA one.
+// operands, too little shared memory, skinny with M > 16 or an operand that
+// is not K-major and 16-byte aligned, gemv with M > 1 or a weight neither
+// K-major nor row-major and 16-byte aligned) falls back to the automatic
+// choice rather than fail; so does a name that is none of these (a typo
+// must not quietly turn the Hopper path off). With precision "ieee", any forced kernel but gemv runs the FMA one.
 std::string forced_kernel() {
   static const std::array<const char*, 9> kForceable = {
       "wgmma", "wgmma_swap_ab", "mma_sync", "mma_sync_large", "mma_sync_medium", "mma_sync_small",
@@ -278,8 +316,8 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   const std::string forced = forced_kernel();
   // One row of A, any precision: the FP32 GEMV, unless another kernel is
   // forced. FP32 precision otherwise never uses tensor cores: the FMA kernel.
-  const bool gemv = gemv_runs(p);
-  if (gemv && (forced == "auto" || forced == "gemv")) return gemv_choice(p, d);
+  const bool gemv = single_row_runs(p);
+  if (gemv && (forced == "auto" || forced == "gemv")) return single_row_choice(p, d);
   if (precision == Precision::kIEEE) return {Kernel::kFma};
   const bool vec16 = aligned16(p.A, p.lda, p.batch_stride_a) &&
                      aligned16(p.B, p.ldb, p.batch_stride_b);
@@ -294,7 +332,7 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   // From here on the automatic choice: unforced, or forced to a kernel that
   // cannot run `p`; "mma_sync" alone keeps to the mma.sync tiles.
   const bool automatic = forced != "mma_sync";
-  if (automatic && gemv) return gemv_choice(p, d);
+  if (automatic && gemv) return single_row_choice(p, d);
   // Decode-sized M on any sm_80+ GPU: B streamed once, no split-K pass.
   if (automatic && skinny_runs(p) && skinny_preferred(p, precision, d))
     return skinny_choice(p, precision, d);
@@ -426,11 +464,12 @@ size_t partials_bytes(const GemmProblem& p, int splits) {
   return splits > 1 ? workspace_round(splits * p.M * splitk_partials_ld(p.N)) : 0;
 }
 
-// What the wgmma kernel `k` needs packed: nothing for WgmmaLargeSwapAB,
-// which reads the row-major B in place.
+// What the wgmma kernel `k` needs packed: nothing for the kSwapAB
+// configurations, which read the row-major B in place.
 Staging wgmma_staging(const GemmProblem& p, Kernel k) {
-  return k == Kernel::kWgmmaLargeSwapAB ? Staging{}
-                                        : plan_staging(p, /*for_wgmma=*/true, /*tf32x3=*/false);
+  return k == Kernel::kWgmmaLargeSwapAB || k == Kernel::kWgmmaMediumSwapAB
+             ? Staging{}
+             : plan_staging(p, /*for_wgmma=*/true, /*tf32x3=*/false);
 }
 
 // Packs what plan_staging says into `workspace`, then runs the chosen wgmma
@@ -452,6 +491,8 @@ auto with_wgmma_config(Kernel k, F&& f) {
       return f(static_cast<WgmmaPromotedMedium*>(nullptr));
     case Kernel::kWgmmaLargeSwapAB:
       return f(static_cast<WgmmaLargeSwapAB*>(nullptr));
+    case Kernel::kWgmmaMediumSwapAB:
+      return f(static_cast<WgmmaMediumSwapAB*>(nullptr));
     default:
       return f(static_cast<WgmmaLarge*>(nullptr));
   }
@@ -504,13 +545,15 @@ bool tf32x3_on_fma(const GemmProblem& p) {
 // registers, the GEMV computes in FP32, at least as accurate as 3xTF32.
 bool tf32x3_unstaged(const GemmProblem& p) {
   const Kernel k = choose(p, Precision::kTF32x3, device_info(current_device())).kernel;
-  return k == Kernel::kSkinny || k == Kernel::kSkinnyWide || k == Kernel::kGemv;
+  return k == Kernel::kSkinny || k == Kernel::kSkinnyWide || k == Kernel::kGemv ||
+         k == Kernel::kGemvRowMajor;
 }
 
 // Workspace, launch and name of what choose() picks for `p`; for kTF32x3,
 // `p` is the staged problem.
 size_t chosen_workspace_bytes(const GemmProblem& p, Precision precision) {
   const Choice c = choose(p, precision, device_info(current_device()));
+  if (c.kernel == Kernel::kGemvRowMajor) return partials_bytes(p, c.splits);
   if (!is_wgmma(c.kernel)) return 0;
   const Staging s = wgmma_staging(p, c.kernel);
   return s.bytes_a + s.bytes_b + partials_bytes(p, c.splits);
@@ -527,6 +570,7 @@ cudaError_t run_chosen(const GemmProblem& p, Precision precision, void* workspac
     case Kernel::kWgmmaLargeSwapAB:
     case Kernel::kWgmmaSquare:
     case Kernel::kWgmmaMedium:
+    case Kernel::kWgmmaMediumSwapAB:
     case Kernel::kWgmmaNarrow:
     case Kernel::kWgmmaPromotedLarge:
     case Kernel::kWgmmaPromotedMedium:
@@ -546,6 +590,8 @@ cudaError_t run_chosen(const GemmProblem& p, Precision precision, void* workspac
                                 split3_in_registers, stream);
     case Kernel::kGemv:
       return launch_gemv(kmajor_view(p), c.splits, stream);
+    case Kernel::kGemvRowMajor:
+      return launch_gemv_rowmajor(p, c.splits, static_cast<float*>(workspace), stream);
     case Kernel::kFma:
     default:
       return launch_fma_gemm(p, stream);
@@ -560,6 +606,7 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
     case Kernel::kWgmmaLargeSwapAB:
     case Kernel::kWgmmaSquare:
     case Kernel::kWgmmaMedium:
+    case Kernel::kWgmmaMediumSwapAB:
     case Kernel::kWgmmaNarrow:
     case Kernel::kWgmmaPromotedLarge:
     case Kernel::kWgmmaPromotedMedium:
@@ -589,6 +636,11 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
       name = "gemv, FP32 FMAs, " + std::to_string(c.splits) + " K-slice" +
              (c.splits > 1 ? "s" : "") + " per output";
       break;
+    case Kernel::kGemvRowMajor:
+      name = "gemv, FP32 FMAs, B read row by row, " +
+             std::to_string(GemvRowMajorConfig::kCols) + " columns per CTA";
+      if (c.splits > 1) name += ", split-K " + std::to_string(c.splits);
+      break;
     case Kernel::kFma:
       name = "fma";
       break;
@@ -603,7 +655,8 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
 
 size_t gemm_workspace_bytes(const GemmProblem& p, Precision precision) {
   if (precision == Precision::kTF32x3) {
-    if (tf32x3_on_fma(p) || tf32x3_unstaged(p)) return 0;
+    if (tf32x3_on_fma(p)) return 0;
+    if (tf32x3_unstaged(p)) return chosen_workspace_bytes(p, precision);
     const Staging s = plan_staging(p, false, true);
     return s.bytes_a + s.bytes_b +
            chosen_workspace_bytes(staged_problem(p, s, kAlignedStandIn), precision);
@@ -630,7 +683,8 @@ std::string describe_gemm(const GemmProblem& p, Precision precision) {
   if (precision == Precision::kTF32x3) {
     if (tf32x3_on_fma(p)) return "fma (3xTF32 without TF32 tensor cores: plain FP32)";
     if (tf32x3_unstaged(p)) {
-      const bool gemv = choose(p, precision, device_info(current_device())).kernel == Kernel::kGemv;
+      const Kernel k = choose(p, precision, device_info(current_device())).kernel;
+      const bool gemv = k == Kernel::kGemv || k == Kernel::kGemvRowMajor;
       return (gemv ? "FP32 (one row: at least as accurate as 3xTF32) on "
                    : "3xTF32 (A, B split into big and small TF32 parts in registers) on ") +
              describe_chosen(p, precision);

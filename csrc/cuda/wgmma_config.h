@@ -64,8 +64,9 @@ struct WgmmaConfig {
                 "two sets of 64 x 256 accumulators do not fit a thread's registers");
   static_assert(kStageBytesA % 1024 == 0 && (BN / kClusterM) % 8 == 0,
                 "every tile and multicast slice must start 1024-byte aligned");
-  static_assert(!kSwapAB || (BN == 256 && kPromoteKTiles == 0),
-                "the register-operand mainloop exists for wgmma.m64n256k8 without promotion");
+  static_assert(!kSwapAB || (BM == 128 && kPromoteKTiles == 0),
+                "the register-operand mainloop gives each of two consumers 64 of C's columns, "
+                "without promotion");
   // Rows of C per TMA store box: a 64 x 32 chunk of one consumer's
   // accumulators, or with kSwapAB a 32 x 32 box, two of which (64 columns of
   // C) fill one epilogue buffer.
@@ -105,6 +106,11 @@ using WgmmaSquare = WgmmaConfig<128, 128, 6, 2>;
 // WgmmaLarge for `a @ b` with A and B row-major (kSwapAB): 128 columns x 256
 // rows of C per tile, clusters of 2 along C's N sharing their A tile.
 using WgmmaLargeSwapAB = WgmmaConfig<128, 256, 4, 2, 0, true>;
+// WgmmaMedium's counterpart for `a @ b` at decode-sized M (<= 128): 128
+// columns x 128 rows of C per tile (rows past M zero-filled by TMA, so
+// M <= 64 issues twice the MMAs it needs: these problems are bound by
+// streaming B, not by the tensor cores), 6 stages of 32 KB, no clusters.
+using WgmmaMediumSwapAB = WgmmaConfig<128, 128, 6, 1, 0, true>;
 // 3xTF32 (precision "tf32x3"): 128x128x32 with accumulators promoted every
 // 4 k-tiles (128 of K), 6 stages of 32 KB; clusters of 2 along M for M > 128.
 using WgmmaPromotedLarge = WgmmaConfig<128, 128, 6, 2, 4>;

@@ -41,6 +41,9 @@ struct WgmmaParams {
   // split s stores its partial product as batch entry s of C (then batch is
   // 1), and a separate pass sums the splits in order (deterministic).
   int splits, k_tiles_per_split;
+  // Bytes the TMA copies of one stage deliver (the full barrier's
+  // transaction count): the A tile and the B tile's loaded rows.
+  int stage_tx_bytes;
 };
 
 // One unit of the persistent schedule: an output tile of one batch entry
@@ -82,6 +85,36 @@ __device__ __forceinline__ WorkTile work_tile(const WgmmaParams& p, int64_t w, u
 // within a row XOR row % 8. The tile must start 1024-byte aligned.
 __device__ __forceinline__ int swizzle128(int row, int col) {
   return row * 128 + (((col / 4) ^ (row % 8)) * 16) + (col % 4) * 4;
+}
+
+// The epilogue's second pass over 16 rows of a 32-column box in an epilogue
+// buffer (128-byte swizzled), lane = column: C = act(C + bias), the
+// activation's branch hoisted out of the loop (with_activation). `bias` is
+// this lane's column's bias (0 without one).
+__device__ __forceinline__ void transform_rows(uint8_t* box, int first_row, const Epilogue& e,
+                                               float bias, int lane) {
+  const bool has_bias = e.bias != nullptr;
+  with_activation(e.activation, [&](auto act) {
+#pragma unroll 4
+    for (int r = first_row; r < first_row + 16; ++r) {
+      float* const v = reinterpret_cast<float*>(box + swizzle128(r, lane));
+      *v = apply_activation(has_bias ? *v + bias : *v, decltype(act)::value);
+    }
+  });
+}
+
+// The epilogue's copy-out of 16 rows of a 32-column box to C by one warp,
+// lane = column (C row-major, rows from grow0 and column gcol, clipped to
+// rows x cols): one coalesced 32-float row per instruction at any alignment.
+__device__ __forceinline__ void copy_out_rows(const uint8_t* box, int first_row, float* C,
+                                              int64_t ldc, int64_t grow0, int64_t gcol,
+                                              int64_t rows, int64_t cols, int lane) {
+#pragma unroll 4
+  for (int r = first_row; r < first_row + 16; ++r) {
+    const int64_t grow = grow0 + r;
+    if (grow < rows && gcol < cols)
+      C[grow * ldc + gcol] = *reinterpret_cast<const float*>(box + swizzle128(r, lane));
+  }
 }
 
 // Epilogue through shared memory: for each 64 x 32 chunk of this warpgroup's
@@ -141,13 +174,7 @@ __device__ __forceinline__ void store_tile(const WgmmaParams& p, const CUtensorM
     }
     if (transform) {
       __syncwarp();
-      with_activation(p.epilogue.activation, [&](auto act) {
-#pragma unroll 4
-        for (int r = warp * 16; r < warp * 16 + 16; ++r) {
-          float* const e = reinterpret_cast<float*>(buffer + swizzle128(r, lane));
-          *e = apply_activation(has_bias ? *e + bias : *e, decltype(act)::value);
-        }
-      });
+      transform_rows(buffer, warp * 16, p.epilogue, bias, lane);
     }
     if (p.tma_store) {
       ptx::fence_proxy_async_smem();
@@ -161,13 +188,8 @@ __device__ __forceinline__ void store_tile(const WgmmaParams& p, const CUtensorM
       ptx::named_barrier_sync(barrier, 128);
       // The next write into this buffer is two chunks on, behind the
       // barrier at the top of the loop: no wait needed here.
-      float* const C = p.C + tile.batch * p.batch_stride_c;
-#pragma unroll 4
-      for (int r = warp * 16; r < warp * 16 + 16; ++r) {
-        const int64_t grow = tile.m0 + c * 64 + r;
-        if (grow < p.M && gcol < p.N)
-          C[grow * p.ldc + gcol] = *reinterpret_cast<const float*>(buffer + swizzle128(r, lane));
-      }
+      copy_out_rows(buffer, warp * 16, p.C + tile.batch * p.batch_stride_c, p.ldc,
+                    tile.m0 + c * 64, gcol, p.M, p.N, lane);
     }
   }
 }
@@ -244,15 +266,7 @@ __device__ __forceinline__ void store_tile_transposed(const WgmmaParams& p,
     // Each box holds two warps' rows of the accumulators.
     ptx::named_barrier_sync(barrier, 128);
     uint8_t* const own_box = buffer + box * kBoxBytes;
-    if (transform) {
-      with_activation(p.epilogue.activation, [&](auto act) {
-#pragma unroll 4
-        for (int r = first_row; r < first_row + 16; ++r) {
-          float* const e = reinterpret_cast<float*>(own_box + swizzle128(r, lane));
-          *e = apply_activation(has_bias ? *e + bias : *e, decltype(act)::value);
-        }
-      });
-    }
+    if (transform) transform_rows(own_box, first_row, p.epilogue, bias, lane);
     if (p.tma_store) {
       ptx::fence_proxy_async_smem();
       ptx::named_barrier_sync(barrier, 128);
@@ -265,13 +279,8 @@ __device__ __forceinline__ void store_tile_transposed(const WgmmaParams& p,
     } else {
       // Every lane reads back what it wrote in the pass above, or what the
       // barrier after the writes ordered: no further barrier.
-      float* const C = p.C + tile.batch * p.batch_stride_c;
-#pragma unroll 4
-      for (int r = first_row; r < first_row + 16; ++r) {
-        const int64_t grow = row0 + r;
-        if (grow < rows_c && gcol < cols_c)
-          C[grow * p.ldc + gcol] = *reinterpret_cast<const float*>(own_box + swizzle128(r, lane));
-      }
+      copy_out_rows(own_box, first_row, p.C + tile.batch * p.batch_stride_c, p.ldc, row0, gcol,
+                    rows_c, cols_c, lane);
     }
   }
 }
@@ -359,8 +368,8 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
         ptx::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Cfg::BK / 8; ++kk)
-          ptx::wgmma_m64n256k8_tf32_rs(acc, f[kk], ptx::smem_desc_kmajor_sw128(b0 + kk * 32),
-                                       !fresh || kk > 0);
+          ptx::wgmma_tf32_rs<Cfg::BN>(acc, f[kk], ptx::smem_desc_kmajor_sw128(b0 + kk * 32),
+                                      !fresh || kk > 0);
       };
       // wgmma reads its A registers until the wait_group that retires it, and
       // nothing (not ptxas) keeps a load from overwriting them before: one
@@ -472,7 +481,7 @@ __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kTh
           // fresh barrier, which counts as completed.
           ptx::mbarrier_wait(&empty[s], ((it / Cfg::kStages) & 1) ^ 1);
           // Our A tile, plus all kClusterM slices of B (ours and the peers').
-          ptx::mbarrier_arrive_expect_tx(&full[s], Cfg::kStageBytes);
+          ptx::mbarrier_arrive_expect_tx(&full[s], p.stage_tx_bytes);
           if constexpr (Cfg::kSwapAB) {
             // B^T from the row-major B: boxes of 32 k-rows x 32 columns.
             for (int box = 0; box < Cfg::BM / 32; ++box)
@@ -520,14 +529,33 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
   CUtensorMap map_a, map_b, map_c{};
   // The kernel's operands: A [M][K] and B [N][K], or with kSwapAB A = B^T
   // (read from the row-major B [K][N] in 32 x 32 boxes) and B = A.
+  // Rows of each K-major operand tile loaded per stage: the tile's (for B,
+  // each block's multicast slice), but no more than the operand has
+  // (rounded up to a 1024-byte swizzle atom) where nothing is multicast. At
+  // decode-sized M, TMA's zero fill of the tile's other rows was what the
+  // kernel waited on (H200, kSwapAB, 128-row tiles, N = 14336, K = 4096:
+  // 106 us at M = 16, 72.5 at M = 128). The rows left unloaded hold stale
+  // data; they only reach rows or columns of the kernel's output past its M
+  // or N, which the epilogue never stores. (Under kSwapAB the A operand is
+  // B^T, loaded in 32 x 32 boxes: all of them.)
+  auto rows_loaded = [](int64_t tile_rows, int64_t operand_rows) {
+    return int(std::min<int64_t>(tile_rows, ceil_div(operand_rows, 8) * 8));
+  };
+  const int box_rows_a = rows_loaded(Cfg::BM, p.M);
+  const int box_rows_b = Cfg::kClusterM == 1 ? rows_loaded(Cfg::BN, Cfg::kSwapAB ? p.M : p.N)
+                                             : Cfg::BN / Cfg::kClusterM;
+  // Each block receives its A tile and every block's slice of B.
+  const int stage_tx_bytes = (Cfg::kSwapAB ? Cfg::kStageBytesA : box_rows_a * Cfg::BK * 4) +
+                             box_rows_b * Cfg::kClusterM * Cfg::BK * 4;
   const bool encoded =
       Cfg::kSwapAB
           ? encode_matrix(&map_a, kTF32, p.B, p.K, p.N, p.ldb, p.batch, p.batch_stride_b, Cfg::BK) &&
                 encode_matrix(&map_b, kTF32, p.A, p.M, p.K, p.lda, p.batch, p.batch_stride_a,
-                              Cfg::BN / Cfg::kClusterM)
-          : encode_matrix(&map_a, kTF32, p.A, p.M, p.K, p.lda, p.batch, p.batch_stride_a, Cfg::BM) &&
+                              box_rows_b)
+          : encode_matrix(&map_a, kTF32, p.A, p.M, p.K, p.lda, p.batch, p.batch_stride_a,
+                          box_rows_a) &&
                 encode_matrix(&map_b, kTF32, p.B, p.N, p.K, p.ldb, p.batch, p.batch_stride_b,
-                              Cfg::BN / Cfg::kClusterM);
+                              box_rows_b);
   if (!encoded) return cudaErrorInvalidValue;
   const int k_tiles = int(ceil_div(p.K, Cfg::BK));
   const int k_tiles_per_split = int(ceil_div(k_tiles, splits));
@@ -536,7 +564,7 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
   wgmma_detail::WgmmaParams params{Cfg::kSwapAB ? p.N : p.M, Cfg::kSwapAB ? p.M : p.N, p.K,
                      p.batch, p.C, p.ldc, p.batch_stride_c, p.epilogue,
                      Cfg::kSwapAB ? b_batched : a_batched, Cfg::kSwapAB ? a_batched : b_batched,
-                     false, splits, k_tiles_per_split};
+                     false, splits, k_tiles_per_split, stage_tx_bytes};
   // C (or the partials) as stored: always C's own M x N, row-major.
   const int64_t ldp = splitk_partials_ld(p.N);
   if (splits > 1) {  // raw partial products; the reduction applies the epilogue
