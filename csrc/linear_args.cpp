@@ -15,9 +15,6 @@ LinearShapes check_linear_args(const at::Tensor& x, const at::Tensor& weight,
   TORCH_CHECK(weight.dim() == 2,
               "linear_tf32: expected weight of shape [out_features, in_features], got shape ",
               shape(weight.sizes()));
-  TORCH_CHECK(!b || (b->dim() == 1 && b->size(0) == weight.size(0)),
-              "linear_tf32: expected bias of shape [", num(weight.size(0)),
-              "] (weight.size(0), the out_features), got shape ", b ? shape(b->sizes()) : "");
   TORCH_CHECK(x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat &&
                   (!b || b->scalar_type() == at::kFloat),
               "linear_tf32: expected float32 tensors, got x of dtype ", x.scalar_type(),
@@ -40,6 +37,11 @@ LinearShapes check_linear_args(const at::Tensor& x, const at::Tensor& weight,
               "linear_tf32: x's last dimension must equal weight's in_features: x has shape ",
               shape(x.sizes()), " and weight has shape ", shape(weight.sizes()),
               " (x.size(-1) = ", num(s.K), " but weight.size(1) = ", num(weight.size(1)), ")");
+  // After the weight's check: a weight passed as [in_features, out_features]
+  // is named as such, not blamed on a bias that matches its true out_features.
+  TORCH_CHECK(!b || (b->dim() == 1 && b->size(0) == weight.size(0)),
+              "linear_tf32: expected bias of shape [", num(weight.size(0)),
+              "] (weight.size(0), the out_features), got shape ", b ? shape(b->sizes()) : "");
   s.out.assign(x.sizes().begin(), x.sizes().end() - 1);
   for (const int64_t d : s.out) s.M *= d;
   s.out.push_back(s.N);

@@ -265,6 +265,9 @@ def test_shape_errors(device):
         linear_tf32(x, torch.ones(4, device=device))
     with pytest.raises(RuntimeError, match="at least 1 dimension"):
         linear_tf32(torch.tensor(1.0, device=device), w)
+    # A weight passed as [in, out] with its (correct) bias: the weight is named.
+    with pytest.raises(RuntimeError, match=r"weight's in_features.*x.size\(-1\) = 4 but weight.size\(1\) = 3"):
+        linear_tf32(x, w.mT, torch.ones(3, device=device))
 
 
 @pytest.mark.parametrize("device", DEVICES + ["meta"])

@@ -234,9 +234,9 @@ def test_swap_ab_path(case):
     activation on a weight stored [in, out], an odd k-tile count (the peeled
     first k-tile) on CTAs that run several work tiles, and N below one
     cluster's two tiles (the second lies wholly past C's last column); and
-    the 128-row tiles of decode-sized M (medium_*): one row, 16 rows (TMA
-    zero-fills the other 112), split-K, batches, a bias and activation with
-    an output whose rows are not 16-byte aligned."""
+    the 128-row tiles of decode-sized M (medium_*): one row, 16 rows (the
+    other 112 rows of the tile are not loaded), split-K, batches, a bias and
+    activation with an output whose rows are not 16-byte aligned."""
     if not kernel_runs_here("wgmma_swap_ab"):
         pytest.skip("the wgmma kernel does not run on this GPU or build")
     def row_major(*shape):  # 16-byte aligned rows even for an odd last dimension
@@ -300,3 +300,69 @@ def test_decode_a_at_b_reads_b_in_place(m):
     info = pygpukit_torch.kernel_info(x, w)
     assert "swap AB" in info and "pack" not in info, info
     assert_matmul_close(run(x, w), x, w)
+
+
+@requires_cuda
+@pytest.mark.parametrize("case", ["nn_square", "nt_large", "packed_tails", "batched", "linear_gelu",
+                                  "medium_swap_ab"])
+def test_stream_k_last_wave(case):
+    """Problems whose work items fill their last wave only in part run that
+    wave stream-K on the H200: its tiles' k-tiles split evenly over every
+    cluster, the segments' partial sums added in k order by whichever comes
+    last. Values against float64 with a poisoned output, M/N tails (pack
+    path), batches, the fused epilogue, a 128-row SwapAB tile, and bitwise
+    equal results over repeated calls (the order of the sums is fixed)."""
+    if not kernel_runs_here("wgmma"):
+        pytest.skip("the wgmma kernel does not run on this GPU or build")
+    torch.manual_seed(0)
+    bias_act = None
+    # Cluster tiles on the H200's 66 two-SM slots (132 one-SM slots for the
+    # 128-row SwapAB tile), last waves 15-52% full.
+    if case == "nn_square":  # 32 x 32 tiles of 256 x 256, SwapAB
+        a, b = torch.randn(8192, 1024, device="cuda"), torch.randn(1024, 8192, device="cuda")
+    elif case == "nt_large":  # 9 x 18 tiles of 256 x 128
+        a, b = torch.randn(2304, 4096, device="cuda"), torch.randn(2304, 4096, device="cuda").mT
+    elif case == "packed_tails":  # rows past M and N in the last tiles; K not a multiple of 32
+        a, b = torch.randn(2500, 3001, device="cuda"), torch.randn(3001, 1800, device="cuda")
+    elif case == "batched":  # 4 x (4 x 10) tiles of 256 x 128
+        a, b = torch.randn(4, 1024, 4096, device="cuda"), torch.randn(4, 4096, 1280, device="cuda")
+    elif case == "linear_gelu":
+        a, b = torch.randn(2304, 4096, device="cuda"), torch.randn(2304, 4096, device="cuda").div_(64).mT
+        bias_act = (torch.randn(2304, device="cuda"), "gelu")
+    else:  # 157 tiles of 128 columns on one-SM clusters
+        a, b = torch.randn(100, 4096, device="cuda"), torch.randn(4096, 20000, device="cuda")
+    info = pygpukit_torch.kernel_info(a, b)
+    if "stream-K" not in info:
+        pytest.skip(f"no partial last wave on this GPU: {info}")
+    if bias_act is None:
+        out = run(a, b)
+        assert_matmul_close(out, a, b)
+        again = lambda: matmul_tf32(a, b)
+    else:
+        bias, act = bias_act
+        poison_next_output((a.shape[0], b.shape[1]), "cuda")
+        out = pygpukit_torch.linear_tf32(a, b.mT, bias, act)
+        assert_linear_close(out, a, b.mT, bias, act)
+        again = lambda: pygpukit_torch.linear_tf32(a, b.mT, bias, act)
+    for _ in range(3):
+        assert torch.equal(again(), out)
+
+
+@requires_cuda
+@pytest.mark.parametrize("m,n", [(1, 3), (3, 5), (7, 9), (9, 3)])
+def test_unloaded_tile_rows_never_reach_the_output(m, n):
+    """The Hopper kernel loads only the operand rows that exist, so the rest
+    of a tile holds whatever an earlier GEMM left in shared memory: run one
+    on NaN inputs first, then small products on every wgmma configuration
+    that takes them (K-major tiles, SwapAB, packed operands)."""
+    if not kernel_runs_here("wgmma"):
+        pytest.skip("the wgmma kernel does not run on this GPU or build")
+    nan = torch.full((1024, 1024), float("nan"), device="cuda")
+    for kernel in ("wgmma", "wgmma_swap_ab"):
+        with pygpukit_torch.force_kernel(kernel):
+            matmul_tf32(nan, nan)
+            for a, b in [(torch.randn(m, 300, device="cuda"), torch.randn(300, n + 1, device="cuda")[:, :n]),
+                         (torch.randn(m, 300, device="cuda"), torch.randn(n, 300, device="cuda").mT),
+                         (torch.randn(m, 300, device="cuda"), torch.randn(300, (n + 3) // 4 * 4, device="cuda")),
+                         (torch.randn(3, m, 300, device="cuda"), torch.randn(3, 300, (n + 3) // 4 * 4, device="cuda"))]:
+                assert_matmul_close(run(a, b), a, b)

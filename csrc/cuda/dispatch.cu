@@ -523,6 +523,7 @@ std::string wgmma_name(const GemmProblem& p, Kernel k, int splits) {
     name += " promoted every " + to_string(Config::kPromoteKTiles) + " k-tiles";
   if (Config::kSwapAB) name += " swap AB (B^T from registers, C^T stored transposed)";
   if (splits > 1) name += " split-K " + to_string(splits);
+  if (plan_wgmma_gemm<Config>(p, splits).stream_k) name += " stream-K last wave";
   if (s.pack_a || s.pack_b)
     name += std::string(" after packing ") + (s.pack_a ? (s.pack_b ? "A and B" : "A") : "B") +
             " K-major";
@@ -556,7 +557,10 @@ size_t chosen_workspace_bytes(const GemmProblem& p, Precision precision) {
   if (c.kernel == Kernel::kGemvRowMajor) return partials_bytes(p, c.splits);
   if (!is_wgmma(c.kernel)) return 0;
   const Staging s = wgmma_staging(p, c.kernel);
-  return s.bytes_a + s.bytes_b + partials_bytes(p, c.splits);
+  return s.bytes_a + s.bytes_b + with_wgmma_config(c.kernel, [&](auto* config) {
+           return plan_wgmma_gemm<std::remove_pointer_t<decltype(config)>>(p, c.splits)
+               .workspace_bytes;
+         });
 }
 
 // split3_in_registers: `p` holds 3xTF32's unsplit operands, which the

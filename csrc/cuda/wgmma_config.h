@@ -107,20 +107,34 @@ using WgmmaSquare = WgmmaConfig<128, 128, 6, 2>;
 // rows of C per tile, clusters of 2 along C's N sharing their A tile.
 using WgmmaLargeSwapAB = WgmmaConfig<128, 256, 4, 2, 0, true>;
 // WgmmaMedium's counterpart for `a @ b` at decode-sized M (<= 128): 128
-// columns x 128 rows of C per tile (rows past M zero-filled by TMA, so
-// M <= 64 issues twice the MMAs it needs: these problems are bound by
-// streaming B, not by the tensor cores), 6 stages of 32 KB, no clusters.
+// columns x 128 rows of C per tile (rows past M are not loaded and their
+// results not stored, so M <= 64 issues twice the MMAs it needs: these
+// problems are bound by streaming B, not by the tensor cores), 6 stages of
+// 32 KB, no clusters.
 using WgmmaMediumSwapAB = WgmmaConfig<128, 128, 6, 1, 0, true>;
 // 3xTF32 (precision "tf32x3"): 128x128x32 with accumulators promoted every
 // 4 k-tiles (128 of K), 6 stages of 32 KB; clusters of 2 along M for M > 128.
 using WgmmaPromotedLarge = WgmmaConfig<128, 128, 6, 2, 4>;
 using WgmmaPromotedMedium = WgmmaConfig<128, 128, 6, 1, 4>;
 
+// What launch_wgmma_gemm<Config> does for `problem` with `splits` on the
+// current device: the workspace it needs (split-K's partial products, or
+// the stream-K partial sums of a last wave that the work items fill only
+// in part; see "Stream-K for the last wave" in
+// docs/tf32_tensorcore_design.md) and whether it runs that wave stream-K.
+struct WgmmaPlan {
+  size_t workspace_bytes = 0;
+  bool stream_k = false;
+};
+template <class Config>
+WgmmaPlan plan_wgmma_gemm(const GemmProblem& problem, int splits);
+
 // Runs `problem` (both operands K-major, A row-major and B column-major, or
 // with Config::kSwapAB both row-major; all tma_compatible) with configuration
 // Config on a device of compute capability 9.0 (build with sm_90a). splits > 1 cuts K into that many
-// ranges (split-K) whose partial products go to `partials`
-// (splits * M * splitk_partials_ld(N) floats) and are then summed in order.
+// ranges (split-K) whose partial products go to `partials` and are then
+// summed in order; `partials` is plan_wgmma_gemm's workspace (256-byte
+// aligned).
 // Returns cudaErrorInvalidValue if a tensor map cannot be encoded.
 template <class Config>
 cudaError_t launch_wgmma_gemm(const GemmProblem& problem, int splits, float* partials,

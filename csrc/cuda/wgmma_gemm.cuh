@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdlib>
 
 #include <cuda.h>
 
@@ -44,6 +45,14 @@ struct WgmmaParams {
   // Bytes the TMA copies of one stage deliver (the full barrier's
   // transaction count): the A tile and the B tile's loaded rows.
   int stage_tx_bytes;
+  // Stream-K for the last wave (stream_k_iters > 0, see cluster_work): the
+  // first stream_k_whole work items run whole, the k-tiles of the rest
+  // (stream_k_iters in all) are cut into one equal range per cluster of the
+  // grid. Partial sums and the tail tiles' arrival counters (zeroed before
+  // the launch) live in the workspace.
+  int64_t stream_k_whole, stream_k_iters;
+  float* stream_k_partials;
+  uint32_t* stream_k_counters;
 };
 
 // One unit of the persistent schedule: an output tile of one batch entry
@@ -51,6 +60,12 @@ struct WgmmaParams {
 struct WorkTile {
   int64_t batch, m0, n0;
   int split, k_begin, k_end;
+  // Stream-K: this item is one segment of tail tile `tail` (-1: a whole
+  // tile), whose segments belong to clusters first_cluster ..
+  // first_cluster + segments - 1 in k order; this one is its cluster's
+  // range's segment `slot` (0 or 1).
+  int64_t tail = -1, first_cluster = 0;
+  int segments = 0, slot = 0;
 };
 
 // Work items of the persistent schedule: cluster tiles x batch x splits.
@@ -77,6 +92,58 @@ __device__ __forceinline__ WorkTile work_tile(const WgmmaParams& p, int64_t w, u
   const int k_begin = split * p.k_tiles_per_split;
   return {w / per_batch, (t.m * Cfg::kClusterM + rank) * Cfg::BM, t.n * Cfg::BN, split, k_begin,
           min(k_begin + p.k_tiles_per_split, k_tiles)};
+}
+
+// First tail k-tile of cluster c's stream-K range (of `clusters`): the
+// ranges split stream_k_iters as evenly as integers allow.
+__host__ __device__ __forceinline__ int64_t stream_k_begin(const WgmmaParams& p, int64_t c,
+                                                           int64_t clusters) {
+  return c * p.stream_k_iters / clusters;
+}
+
+// Work items of cluster `cluster` of the grid's `clusters`: every
+// clusters-th item; with stream-K, its share of the whole items, then the
+// segments (one or two: a range is shorter than a tile) of its range.
+template <class Cfg>
+__device__ __forceinline__ int64_t cluster_items(const WgmmaParams& p, int64_t cluster,
+                                                 int64_t clusters) {
+  if (p.stream_k_iters == 0) {
+    const int64_t works = work_count<Cfg>(p);
+    return cluster < works ? (works - 1 - cluster) / clusters + 1 : 0;
+  }
+  const int64_t k_tiles = ceil_div(p.K, Cfg::BK);
+  const int64_t g0 = stream_k_begin(p, cluster, clusters);
+  const int64_t g1 = stream_k_begin(p, cluster + 1, clusters);
+  return p.stream_k_whole / clusters + (g1 > g0 ? (g1 - 1) / k_tiles - g0 / k_tiles + 1 : 0);
+}
+
+// Item i of cluster `cluster`: a whole tile, or a segment of a tail tile.
+// Every segment stores its partial sums and counts itself in; the last of
+// a tile's segments to arrive adds them all, in k order, and runs the
+// epilogue. Nobody waits on anybody: correct whichever clusters are
+// resident at once, and reproducible (the order of the sums is fixed).
+template <class Cfg>
+__device__ __forceinline__ WorkTile cluster_work(const WgmmaParams& p, int64_t cluster,
+                                                 int64_t clusters, int64_t i, uint32_t rank) {
+  if (p.stream_k_iters == 0 || i < p.stream_k_whole / clusters)
+    return work_tile<Cfg>(p, cluster + i * clusters, rank);
+  const int64_t k_tiles = ceil_div(p.K, Cfg::BK);
+  const int64_t g0 = stream_k_begin(p, cluster, clusters);
+  const int64_t g1 = stream_k_begin(p, cluster + 1, clusters);
+  const int slot = int(i - p.stream_k_whole / clusters);
+  const int64_t t = g0 / k_tiles + slot;
+  const int64_t tile_begin = t * k_tiles, tile_end = tile_begin + k_tiles;
+  WorkTile tile = work_tile<Cfg>(p, p.stream_k_whole + t, rank);
+  tile.k_begin = int(max(g0, tile_begin) - tile_begin);
+  tile.k_end = int(min(g1, tile_end) - tile_begin);
+  tile.tail = t;
+  tile.slot = slot;
+  // The clusters whose ranges hold k-tile g: c with begin(c) <= g, i.e.
+  // c * iters < (g + 1) * clusters, up to ceil((g + 1) * clusters / iters) - 1.
+  auto owner = [&](int64_t g) { return ceil_div((g + 1) * clusters, p.stream_k_iters) - 1; };
+  tile.first_cluster = owner(tile_begin);
+  tile.segments = int(owner(tile_end - 1) - tile.first_cluster + 1);
+  return tile;
 }
 
 #if PYGPUKIT_SM90A_DEVICE
@@ -285,14 +352,63 @@ __device__ __forceinline__ void store_tile_transposed(const WgmmaParams& p,
   }
 }
 
+// Stream-K's shared partial sums: consumer warpgroup c of block `rank`
+// of cluster `cluster`, its range's segment `slot`, 128 x kAcc floats in
+// the accumulators' register layout (element i of thread t at i * 128 + t:
+// coalesced, and thread t reads back what thread t of any segment wrote).
+template <class Cfg>
+__device__ __forceinline__ float* stream_k_partial(const WgmmaParams& p, int64_t cluster, int slot,
+                                                   uint32_t rank, int c) {
+  const int64_t unit = ((cluster * 2 + slot) * Cfg::kClusterM + rank) * Cfg::kConsumers + c;
+  return p.stream_k_partials + unit * (Cfg::BN / 2) * 128 + threadIdx.x % 128;
+}
+
+// One stream-K segment's end: store this warpgroup's partial sums, count
+// the segment in (one thread, after a barrier of the warpgroup: the
+// acq_rel add releases everyone's stores), and return whether it arrived
+// last; then acc = the sum of all the tile's segments in k order (read
+// back from L2, this one's included), ready for the epilogue. `last` is a
+// word of shared memory of this warpgroup.
+template <class Cfg>
+__device__ __forceinline__ bool finish_stream_k_segment(const WgmmaParams& p,
+                                                        float (&acc)[Cfg::BN / 2],
+                                                        const WorkTile& tile, int64_t cluster,
+                                                        int64_t clusters, uint32_t rank, int c,
+                                                        uint32_t* last) {
+  constexpr int kAcc = Cfg::BN / 2;
+  float* const own = stream_k_partial<Cfg>(p, cluster, tile.slot, rank, c);
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) __stcg(own + i * 128, acc[i]);
+  ptx::named_barrier_sync(1 + c, 128);
+  if (threadIdx.x % 128 == 0) {
+    __threadfence();
+    uint32_t* const counter =
+        p.stream_k_counters + (tile.tail * Cfg::kClusterM + rank) * Cfg::kConsumers + c;
+    *last = ptx::atom_add_acq_rel_gpu(counter, 1) + 1 == uint32_t(tile.segments);
+  }
+  ptx::named_barrier_sync(1 + c, 128);
+  if (!*last) return false;
+  const int64_t k_tiles = ceil_div(p.K, Cfg::BK);
+  for (int s = 0; s < tile.segments; ++s) {
+    const int64_t peer = tile.first_cluster + s;
+    // Which segment of the peer's range this tile is: its first, or second.
+    const int slot = int(tile.tail - stream_k_begin(p, peer, clusters) / k_tiles);
+    const float* const src = stream_k_partial<Cfg>(p, peer, slot, rank, c);
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[i] = s == 0 ? __ldcg(src + i * 128) : acc[i] + __ldcg(src + i * 128);
+  }
+  return true;
+}
+
 // Consumer warpgroup c: for each work tile of this block, the mainloop and
 // the epilogue of rows 64c..64c+63. The producer keeps loading the next
-// tile's first k-tiles while this runs the epilogue.
+// tile's first k-tiles while this runs the epilogue. stream_k_last: a word
+// of shared memory of this warpgroup (finish_stream_k_segment).
 template <class Cfg, class TileA, class TileB>
 __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap* map_c,
                                         TileA tile_a, TileB tile_b, uint8_t* epilogue_smem,
                                         uint64_t* full, uint64_t* empty, uint32_t rank,
-                                        int c, int lane) {
+                                        int c, int lane, uint32_t* stream_k_last) {
   // Frees pipeline slot `it` in every block of the cluster (each holds our
   // multicast B slice there) once this warp's MMAs on it completed.
   auto release = [&](int it) {
@@ -311,9 +427,10 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
   int it = 0;  // pipeline slot counter, continuous across work tiles
-  const int64_t works = work_count<Cfg>(p);
-  for (int64_t w = blockIdx.x / Cfg::kClusterM; w < works; w += gridDim.x / Cfg::kClusterM) {
-    const WorkTile tile = work_tile<Cfg>(p, w, rank);
+  const int64_t cluster = blockIdx.x / Cfg::kClusterM, clusters = gridDim.x / Cfg::kClusterM;
+  const int64_t items = cluster_items<Cfg>(p, cluster, clusters);
+  for (int64_t item = 0; item < items; ++item) {
+    const WorkTile tile = cluster_work<Cfg>(p, cluster, clusters, item, rank);
     bool previous_released = true;  // the slot of k-tile kt - 1 (none before the first)
     bool first_chunk = true;        // no promoted sum yet in this tile
     // One k-tile: wait for its slot, issue(s, fresh) its MMAs, then either
@@ -409,6 +526,12 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
 
+    if constexpr (kPromote == 0) {
+      // A stream-K segment: on unless it arrived last (then acc holds the tile).
+      if (tile.tail >= 0 &&
+          !finish_stream_k_segment<Cfg>(p, acc, tile, cluster, clusters, rank, c, stream_k_last))
+        continue;
+    }
     if constexpr (kPromote > 0) store_tile<Cfg>(p, map_c, total, epilogue_smem, tile, c, lane);
     else if constexpr (Cfg::kSwapAB)
       store_tile_transposed<Cfg>(p, map_c, acc, epilogue_smem, tile, c, lane);
@@ -470,9 +593,10 @@ __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kTh
     // a slot as soon as every consumer warp of the cluster released it.
     if (threadIdx.x == 0) {
       int it = 0;  // pipeline slot counter, continuous across work tiles
-      const int64_t works = work_count<Cfg>(p);
-      for (int64_t w = blockIdx.x / Cfg::kClusterM; w < works; w += gridDim.x / Cfg::kClusterM) {
-        const WorkTile tile = work_tile<Cfg>(p, w, rank);
+      const int64_t cluster = blockIdx.x / Cfg::kClusterM, clusters = gridDim.x / Cfg::kClusterM;
+      const int64_t items = cluster_items<Cfg>(p, cluster, clusters);
+      for (int64_t item = 0; item < items; ++item) {
+        const WorkTile tile = cluster_work<Cfg>(p, cluster, clusters, item, rank);
         const int batch_a = int(tile.batch * p.batch_step_a);
         const int batch_b = int(tile.batch * p.batch_step_b);
         for (int kt = tile.k_begin; kt < tile.k_end; ++kt, ++it) {
@@ -503,8 +627,9 @@ __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kTh
   } else {
     ptx::setmaxnreg_inc<232>();
     const int c = warpgroup - 1;
+    __shared__ uint32_t stream_k_last[Cfg::kConsumers];
     consume<Cfg>(p, &map_c, tile_a, tile_b, epilogue_smem + c * 2 * Cfg::kEpilogueBufferBytes,
-                 full, empty, rank, c, lane);
+                 full, empty, rank, c, lane, &stream_k_last[c]);
   }
   // No block may exit while a peer can still multicast into its shared
   // memory or arrive on its barriers.
@@ -517,7 +642,93 @@ __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kTh
 }
 
 
+// Stream-K ranges shorter than this many k-tiles are not worth their
+// partial sums (128 KB per block of a 128 x 256 tile, written and read back
+// through L2): without stream-K the last wave just runs part-empty.
+constexpr int64_t kStreamKMinRange = 16;
+// Stream-K only where the last wave is at most this full (tail tiles /
+// clusters). H200, the target set interleaved with and without it
+// (session 8): last waves 52%, 6% and 15% full (8192^3, 16384^3,
+// 8192x14336x4096) ran 2.0%, 1.8% and 3.9% faster; 88% and 76% full
+// (4096^3, 8192x4096x14336) 7.3% and 1.6% slower: there a nearly full
+// wave saves less than the segments' partial sums cost.
+constexpr double kStreamKMaxTailFill = 0.6;
+
+// The stream-K split of the last wave for a kernel-oriented M x N x K
+// problem on `clusters` grid clusters, and its workspace: counters (one per
+// tail tile, block and warpgroup), then partial sums (two segments per
+// cluster). Off (iters == 0) with split-K, with promotion (the promoted sums
+// are not what the segments would add), and where the work fills its waves,
+// its last wave is mostly full, or the ranges would be short.
+struct StreamKPlan {
+  int64_t whole = 0, iters = 0;
+  size_t counter_bytes = 0, bytes = 0;
+};
+
+// PYGPUKIT_STREAM_K=0 turns it off, to measure what it gains.
+template <class Cfg>
+StreamKPlan stream_k_plan(int64_t M, int64_t N, int64_t K, int64_t batch, int splits,
+                          int64_t clusters) {
+  StreamKPlan plan;
+  const char* env = std::getenv("PYGPUKIT_STREAM_K");
+  if (env != nullptr && env[0] == '0' && env[1] == '\0') return plan;
+  const int64_t works = Cfg::cluster_tiles(M, N) * batch;
+  const int64_t tail = works % clusters;
+  const int64_t iters = tail * ceil_div(K, Cfg::BK);
+  if (Cfg::kPromoteKTiles > 0 || splits > 1 || works < clusters || tail == 0 ||
+      double(tail) > kStreamKMaxTailFill * double(clusters) || iters < kStreamKMinRange * clusters)
+    return plan;
+  plan.whole = works - tail;
+  plan.iters = iters;
+  const int64_t units = Cfg::kClusterM * Cfg::kConsumers;
+  plan.counter_bytes = size_t((tail * units * 4 + 255) / 256 * 256);
+  plan.bytes = plan.counter_bytes + size_t(clusters * 2 * units * (Cfg::BN / 2) * 128 * 4);
+  return plan;
+}
+
+// The persistent grid's clusters for `works` work items: one per resident
+// slot (cached per device), at most one per item. Also lets the kernel use
+// its shared memory, which the residency query needs first.
+template <class Cfg>
+cudaError_t grid_clusters(int64_t works, int64_t* clusters) {
+  auto kernel = wgmma_gemm_kernel<Cfg>;
+  static std::atomic<uint64_t> smem_configured{0};
+  const cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel),
+                                             Cfg::kSmemBytes, smem_configured);
+  if (err != cudaSuccess) return err;
+  static std::array<std::atomic<int>, 64> resident{};
+  *clusters = std::min<int64_t>(
+      works, resident_clusters(reinterpret_cast<const void*>(kernel), Cfg::kThreads,
+                               Cfg::kSmemBytes, Cfg::kClusterM, resident));
+  return cudaSuccess;
+}
+
+// The problem as the kernel runs it: C^T = B^T A^T under kSwapAB.
+template <class Cfg>
+int64_t kernel_m(const GemmProblem& p) { return Cfg::kSwapAB ? p.N : p.M; }
+template <class Cfg>
+int64_t kernel_n(const GemmProblem& p) { return Cfg::kSwapAB ? p.M : p.N; }
+
 }  // namespace wgmma_detail
+
+// Declared in wgmma_config.h.
+template <class Cfg>
+WgmmaPlan plan_wgmma_gemm(const GemmProblem& p, int splits) {
+  using namespace wgmma_detail;
+  WgmmaPlan plan;
+  if (splits > 1) {
+    plan.workspace_bytes = size_t((splits * p.M * splitk_partials_ld(p.N) * 4 + 255) / 256 * 256);
+    return plan;
+  }
+  const int64_t works = Cfg::cluster_tiles(kernel_m<Cfg>(p), kernel_n<Cfg>(p)) * p.batch;
+  int64_t clusters = 0;
+  if (grid_clusters<Cfg>(works, &clusters) != cudaSuccess) return plan;
+  const StreamKPlan sk =
+      stream_k_plan<Cfg>(kernel_m<Cfg>(p), kernel_n<Cfg>(p), p.K, p.batch, 1, clusters);
+  plan.workspace_bytes = sk.bytes;
+  plan.stream_k = sk.iters > 0;
+  return plan;
+}
 
 // Declared in wgmma_config.h: one pass when splits == 1, else `splits`
 // partial products into `partials` followed by the ordered reduction that
@@ -564,7 +775,8 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
   wgmma_detail::WgmmaParams params{Cfg::kSwapAB ? p.N : p.M, Cfg::kSwapAB ? p.M : p.N, p.K,
                      p.batch, p.C, p.ldc, p.batch_stride_c, p.epilogue,
                      Cfg::kSwapAB ? b_batched : a_batched, Cfg::kSwapAB ? a_batched : b_batched,
-                     false, splits, k_tiles_per_split, stage_tx_bytes};
+                     false, splits, k_tiles_per_split, stage_tx_bytes,
+                     0, 0, nullptr, nullptr};
   // C (or the partials) as stored: always C's own M x N, row-major.
   const int64_t ldp = splitk_partials_ld(p.N);
   if (splits > 1) {  // raw partial products; the reduction applies the epilogue
@@ -580,19 +792,27 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
                        encode_matrix(&map_c, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.C, p.M, p.N,
                                      p.ldc, p.batch, p.batch_stride_c, Cfg::kStoreBoxRows);
   }
-  auto kernel = wgmma_detail::wgmma_gemm_kernel<Cfg>;
-  static std::atomic<uint64_t> smem_configured{0};
-  cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes,
-                                       smem_configured);
-  if (err != cudaSuccess) return err;
   // Persistent: one cluster per resident slot, each walking the work items.
-  static std::array<std::atomic<int>, 64> resident{};
-  const int64_t works = wgmma_detail::work_count<Cfg>(params);
-  const int64_t clusters = std::min<int64_t>(
-      works, resident_clusters(reinterpret_cast<const void*>(kernel), Cfg::kThreads,
-                               Cfg::kSmemBytes, Cfg::kClusterM, resident));
-  kernel<<<unsigned(clusters * Cfg::kClusterM), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(
-      map_a, map_b, map_c, params);
+  int64_t clusters = 0;
+  cudaError_t err = wgmma_detail::grid_clusters<Cfg>(wgmma_detail::work_count<Cfg>(params), &clusters);
+  if (err != cudaSuccess) return err;
+  if (splits == 1) {
+    // plan_wgmma_gemm sized `partials` (the workspace) for this plan.
+    const wgmma_detail::StreamKPlan sk =
+        wgmma_detail::stream_k_plan<Cfg>(params.M, params.N, p.K, p.batch, 1, clusters);
+    if (sk.iters > 0) {
+      params.stream_k_whole = sk.whole;
+      params.stream_k_iters = sk.iters;
+      params.stream_k_counters = reinterpret_cast<uint32_t*>(partials);
+      params.stream_k_partials = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(partials) +
+                                                          sk.counter_bytes);
+      err = cudaMemsetAsync(partials, 0, sk.counter_bytes, stream);
+      if (err != cudaSuccess) return err;
+    }
+  }
+  wgmma_detail::wgmma_gemm_kernel<Cfg>
+      <<<unsigned(clusters * Cfg::kClusterM), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(
+          map_a, map_b, map_c, params);
   err = cudaGetLastError();
   if (err != cudaSuccess || splits == 1) return err;
   return launch_splitk_reduce(partials, splits, p.M, p.N, ldp, p.C, p.ldc, p.epilogue, stream);
@@ -601,6 +821,7 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
 // Explicit instantiation of the launcher for one configuration; each
 // wgmma_gemm_<config>.cu holds one, so the configurations compile in parallel.
 #define PYGPUKIT_INSTANTIATE_WGMMA(CFG)                                                 \
+  template WgmmaPlan plan_wgmma_gemm<CFG>(const GemmProblem&, int);                    \
   template cudaError_t launch_wgmma_gemm<CFG>(const GemmProblem&, int, float*, cudaStream_t);
 
 }  // namespace pygpukit
