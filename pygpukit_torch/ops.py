@@ -23,6 +23,19 @@ PRECISIONS = ("tf32", "tf32x3", "ieee")
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
 
+def _check_wrapper_args(op: str, precision, **tensors) -> None:
+    """What the op's schema would reject with a message that does not name
+    the problem: a sparse (or other non-strided) tensor fails in the
+    dispatcher ("Could not run ... with arguments from the 'SparseCPU'
+    backend"), a non-string precision in the schema's type check."""
+    for name, t in tensors.items():
+        if isinstance(t, torch.Tensor) and t.layout != torch.strided:
+            raise RuntimeError(f"{op}: expected dense (strided) tensors, got {name} with layout {t.layout}")
+    if precision is not None and not isinstance(precision, str):
+        raise TypeError(f"{op}: precision must be one of {', '.join(map(repr, PRECISIONS))} or None, "
+                        f"got {type(precision).__name__} {precision!r}")
+
+
 def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = None) -> torch.Tensor:
     """``a @ b`` for float32 tensors on TF32 tensor cores.
 
@@ -72,7 +85,9 @@ def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
         RuntimeError: 0-D operands, a dtype other than float32, operands on
             different devices, or shapes that cannot be multiplied/broadcast.
         ValueError: an unknown ``precision``.
+        TypeError: a ``precision`` that is not a string or None.
     """
+    _check_wrapper_args("matmul_tf32", precision, a=a, b=b)
     return torch.ops.pygpukit.matmul_tf32.default(a, b, precision=precision)
 
 
@@ -178,7 +193,9 @@ def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
             ``[out_features]``, a dtype other than float32, tensors on
             different devices, or ``x.shape[-1] != weight.shape[1]``.
         ValueError: an unknown ``activation`` or ``precision``.
+        TypeError: a ``precision`` that is not a string or None.
     """
+    _check_wrapper_args("linear_tf32", precision, x=x, weight=weight, bias=bias)
     return torch.ops.pygpukit.linear_tf32.default(x, weight, bias, activation, precision=precision)
 
 

@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 
-from pygpukit_torch import matmul_tf32
+from pygpukit_torch import linear_tf32, matmul_tf32
 from conftest import DEVICES, requires_cuda, requires_two_gpus
 
 
@@ -86,5 +86,15 @@ def test_two_different_gpus():
 
 def test_sparse_operand():
     a = torch.eye(3).to_sparse()
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="expected dense \\(strided\\) tensors, got a with layout torch.sparse_coo"):
         matmul_tf32(a, torch.ones(3, 3))
+    with pytest.raises(RuntimeError, match="got weight with layout torch.sparse_coo"):
+        linear_tf32(torch.ones(2, 3), a)
+
+
+def test_precision_of_another_type():
+    a = torch.ones(2, 2)
+    with pytest.raises(TypeError, match="precision must be one of 'tf32', 'tf32x3', 'ieee' or None, got int 3"):
+        matmul_tf32(a, a, precision=3)
+    with pytest.raises(TypeError, match="linear_tf32: precision must be"):
+        linear_tf32(a, a, precision=3)
