@@ -304,7 +304,7 @@ def test_decode_a_at_b_reads_b_in_place(m):
 
 @requires_cuda
 @pytest.mark.parametrize("case", ["nn_square", "nt_large", "packed_tails", "batched", "linear_gelu",
-                                  "medium_swap_ab"])
+                                  "medium_swap_ab", "medium_nt", "narrow_nt", "low_fill"])
 def test_stream_k_last_wave(case):
     """Problems whose work items fill their last wave only in part run that
     wave stream-K on the H200: its tiles' k-tiles split evenly over every
@@ -322,15 +322,22 @@ def test_stream_k_last_wave(case):
         a, b = torch.randn(8192, 1024, device="cuda"), torch.randn(1024, 8192, device="cuda")
     elif case == "nt_large":  # 9 x 18 tiles of 256 x 128
         a, b = torch.randn(2304, 4096, device="cuda"), torch.randn(2304, 4096, device="cuda").mT
-    elif case == "packed_tails":  # rows past M and N in the last tiles; K not a multiple of 32
-        a, b = torch.randn(2500, 3001, device="cuda"), torch.randn(3001, 1800, device="cuda")
+    elif case == "packed_tails":  # rows past M and N in the last tiles, K not a multiple of 32,
+        # and an output copied out by the warpgroups (rows not 16-byte aligned)
+        a, b = torch.randn(2500, 3001, device="cuda"), torch.randn(3001, 1799, device="cuda")
     elif case == "batched":  # 4 x (4 x 10) tiles of 256 x 128
         a, b = torch.randn(4, 1024, 4096, device="cuda"), torch.randn(4, 4096, 1280, device="cuda")
     elif case == "linear_gelu":
         a, b = torch.randn(2304, 4096, device="cuda"), torch.randn(2304, 4096, device="cuda").div_(64).mT
         bias_act = (torch.randn(2304, device="cuda"), "gelu")
-    else:  # 157 tiles of 128 columns on one-SM clusters
+    elif case == "medium_swap_ab":  # 157 tiles of 128 columns on one-SM clusters
         a, b = torch.randn(100, 4096, device="cuda"), torch.randn(4096, 20000, device="cuda")
+    elif case == "medium_nt":  # the same on K-major 128 x 128 tiles
+        a, b = torch.randn(100, 4096, device="cuda"), torch.randn(20000, 4096, device="cuda").mT
+    elif case == "narrow_nt":  # and on 64 x 128 tiles
+        a, b = torch.randn(50, 4096, device="cuda"), torch.randn(20000, 4096, device="cuda").mT
+    else:  # low_fill: 140 tiles on 132 slots, each of the 8 last ones cut into ~16 segments
+        a, b = torch.randn(100, 16384, device="cuda"), torch.randn(16384, 17920, device="cuda")
     info = pygpukit_torch.kernel_info(a, b)
     if "stream-K" not in info:
         pytest.skip(f"no partial last wave on this GPU: {info}")
@@ -366,3 +373,40 @@ def test_unloaded_tile_rows_never_reach_the_output(m, n):
                          (torch.randn(m, 300, device="cuda"), torch.randn(300, (n + 3) // 4 * 4, device="cuda")),
                          (torch.randn(3, m, 300, device="cuda"), torch.randn(3, 300, (n + 3) // 4 * 4, device="cuda"))]:
                 assert_matmul_close(run(a, b), a, b)
+
+
+@requires_cuda
+def test_stream_k_in_a_cuda_graph_and_on_two_streams():
+    """The stream-K last wave's counter reset (a memset before the kernel)
+    replays in a CUDA graph, and two such GEMMs on two streams at once (not
+    all of either's clusters resident together) both finish correctly: no
+    cluster waits on another."""
+    if not kernel_runs_here("wgmma"):
+        pytest.skip("the wgmma kernel does not run on this GPU or build")
+    a, b = torch.randn(8192, 1024, device="cuda"), torch.randn(1024, 8192, device="cuda")
+    if "stream-K" not in pygpukit_torch.kernel_info(a, b):
+        pytest.skip("no partial last wave on this GPU")
+    eager = matmul_tf32(a, b)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        matmul_tf32(a, b)  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = matmul_tf32(a, b)
+    for _ in range(3):
+        captured.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, eager)
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    for s in (s1, s2):
+        s.wait_stream(torch.cuda.current_stream())
+    outs = []
+    for s in (s1, s2):
+        with torch.cuda.stream(s):
+            outs.append(matmul_tf32(a, b))
+    torch.cuda.synchronize()
+    for out in outs:
+        assert torch.equal(out, eager)

@@ -499,16 +499,18 @@ auto with_wgmma_config(Kernel k, F&& f) {
 }
 
 cudaError_t run_wgmma(const GemmProblem& p, const Choice& c, void* workspace,
-                      cudaStream_t stream) {
+                      size_t workspace_bytes, cudaStream_t stream) {
   const Staging s = wgmma_staging(p, c.kernel);
+  const size_t staged = s.bytes_a + s.bytes_b;
+  if (staged > workspace_bytes) return cudaErrorInvalidValue;
   auto* ws = static_cast<uint8_t*>(workspace);
   const cudaError_t err = launch_staging(p, s, ws, stream);
   if (err != cudaSuccess) return err;
   const GemmProblem q = staged_problem(p, s, ws);
-  float* partials = reinterpret_cast<float*>(ws + s.bytes_a + s.bytes_b);
+  float* partials = reinterpret_cast<float*>(ws + staged);
   return with_wgmma_config(c.kernel, [&](auto* config) {
-    return launch_wgmma_gemm<std::remove_pointer_t<decltype(config)>>(q, c.splits, partials,
-                                                                      stream);
+    return launch_wgmma_gemm<std::remove_pointer_t<decltype(config)>>(
+        q, c.splits, partials, workspace_bytes - staged, stream);
   });
 }
 
@@ -567,7 +569,8 @@ size_t chosen_workspace_bytes(const GemmProblem& p, Precision precision) {
 // skinny kernel splits itself (tf32x3_unstaged); a staged problem's parts
 // are already split and run as plain TF32.
 cudaError_t run_chosen(const GemmProblem& p, Precision precision, void* workspace,
-                       cudaStream_t stream, bool split3_in_registers = false) {
+                       size_t workspace_bytes, cudaStream_t stream,
+                       bool split3_in_registers = false) {
   const Choice c = choose(p, precision, device_info(current_device()));
   switch (c.kernel) {
     case Kernel::kWgmmaLarge:
@@ -578,7 +581,7 @@ cudaError_t run_chosen(const GemmProblem& p, Precision precision, void* workspac
     case Kernel::kWgmmaNarrow:
     case Kernel::kWgmmaPromotedLarge:
     case Kernel::kWgmmaPromotedMedium:
-      return run_wgmma(p, c, workspace, stream);
+      return run_wgmma(p, c, workspace, workspace_bytes, stream);
     case Kernel::kMmaSyncLarge:
       return launch_mma_sync_width<MmaSyncLarge, true>(p, stream);
     case Kernel::kMmaSyncMedium:
@@ -595,6 +598,7 @@ cudaError_t run_chosen(const GemmProblem& p, Precision precision, void* workspac
     case Kernel::kGemv:
       return launch_gemv(kmajor_view(p), c.splits, stream);
     case Kernel::kGemvRowMajor:
+      if (partials_bytes(p, c.splits) > workspace_bytes) return cudaErrorInvalidValue;
       return launch_gemv_rowmajor(p, c.splits, static_cast<float*>(workspace), stream);
     case Kernel::kFma:
     default:
@@ -669,18 +673,22 @@ size_t gemm_workspace_bytes(const GemmProblem& p, Precision precision) {
 }
 
 cudaError_t run_gemm(const GemmProblem& p, Precision precision, void* workspace,
-                     cudaStream_t stream) {
+                     size_t workspace_bytes, cudaStream_t stream) {
   if (precision == Precision::kTF32x3) {
     if (tf32x3_on_fma(p)) return launch_fma_gemm(p, stream);
     if (tf32x3_unstaged(p))
-      return run_chosen(p, precision, workspace, stream, /*split3_in_registers=*/true);
+      return run_chosen(p, precision, workspace, workspace_bytes, stream,
+                        /*split3_in_registers=*/true);
     const Staging s = plan_staging(p, false, true);
+    const size_t staged = s.bytes_a + s.bytes_b;
+    if (staged > workspace_bytes) return cudaErrorInvalidValue;
     auto* ws = static_cast<uint8_t*>(workspace);
     const cudaError_t err = launch_staging(p, s, ws, stream);
     if (err != cudaSuccess) return err;
-    return run_chosen(staged_problem(p, s, ws), precision, ws + s.bytes_a + s.bytes_b, stream);
+    return run_chosen(staged_problem(p, s, ws), precision, ws + staged, workspace_bytes - staged,
+                      stream);
   }
-  return run_chosen(p, precision, workspace, stream);
+  return run_chosen(p, precision, workspace, workspace_bytes, stream);
 }
 
 std::string describe_gemm(const GemmProblem& p, Precision precision) {

@@ -65,7 +65,7 @@ void run_gemm_checked(const GemmProblem& p, Precision precision, const char* op)
                           at::TensorOptions().dtype(at::kByte).device(at::kCUDA));
   const cudaError_t err =
       run_gemm(p, precision, workspace_bytes > 0 ? workspace.data_ptr() : nullptr,
-               at::cuda::getCurrentCUDAStream());
+               workspace_bytes, at::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, op, ": kernel launch failed (", describe_gemm(p, precision),
               "): ", cudaGetErrorString(err));
 }

@@ -43,11 +43,14 @@ size_t gemm_workspace_bytes(const GemmProblem& problem, Precision precision);
 
 // Runs `problem` on the current device, on `stream`, with no host
 // synchronization and no allocation. Requires M, N, K >= 1 and batch >= 1,
-// and `workspace` pointing to gemm_workspace_bytes(problem, precision) bytes
-// (256-byte aligned) that stay untouched until the work on `stream` is done.
-// Returns the first launch error (cudaSuccess when launched).
+// and `workspace` pointing to workspace_bytes bytes (256-byte aligned; size
+// them with gemm_workspace_bytes) that stay untouched until the work on
+// `stream` is done. Returns the first launch error (cudaSuccess when
+// launched); cudaErrorInvalidValue, launching nothing, where the workspace
+// is smaller than the chosen kernel needs (except stream-K, which is left
+// out rather: a plan sized before, e.g. under another PYGPUKIT_STREAM_K).
 cudaError_t run_gemm(const GemmProblem& problem, Precision precision, void* workspace,
-                     cudaStream_t stream);
+                     size_t workspace_bytes, cudaStream_t stream);
 
 // A short human-readable name of the kernel and tile configuration that
 // run_gemm would pick for `problem` on the current device, e.g.

@@ -133,11 +133,12 @@ WgmmaPlan plan_wgmma_gemm(const GemmProblem& problem, int splits);
 // with Config::kSwapAB both row-major; all tma_compatible) with configuration
 // Config on a device of compute capability 9.0 (build with sm_90a). splits > 1 cuts K into that many
 // ranges (split-K) whose partial products go to `partials` and are then
-// summed in order; `partials` is plan_wgmma_gemm's workspace (256-byte
-// aligned).
+// summed in order. `partials`: partials_bytes of workspace (256-byte
+// aligned), plan_wgmma_gemm's workspace_bytes; with less, split-K returns
+// cudaErrorInvalidValue and stream-K is left out.
 // Returns cudaErrorInvalidValue if a tensor map cannot be encoded.
 template <class Config>
 cudaError_t launch_wgmma_gemm(const GemmProblem& problem, int splits, float* partials,
-                              cudaStream_t stream);
+                              size_t partials_bytes, cudaStream_t stream);
 
 }  // namespace pygpukit

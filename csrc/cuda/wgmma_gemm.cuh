@@ -735,7 +735,7 @@ WgmmaPlan plan_wgmma_gemm(const GemmProblem& p, int splits) {
 // applies the epilogue.
 template <class Cfg>
 cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
-                              cudaStream_t stream) {
+                              size_t partials_bytes, cudaStream_t stream) {
   constexpr CUtensorMapDataType kTF32 = CU_TENSOR_MAP_DATA_TYPE_TFLOAT32;
   CUtensorMap map_a, map_b, map_c{};
   // The kernel's operands: A [M][K] and B [N][K], or with kSwapAB A = B^T
@@ -780,6 +780,7 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
   // C (or the partials) as stored: always C's own M x N, row-major.
   const int64_t ldp = splitk_partials_ld(p.N);
   if (splits > 1) {  // raw partial products; the reduction applies the epilogue
+    if (size_t(splits * p.M * ldp * 4) > partials_bytes) return cudaErrorInvalidValue;
     params.C = partials;
     params.ldc = ldp;
     params.batch_stride_c = p.M * ldp;
@@ -797,10 +798,13 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
   cudaError_t err = wgmma_detail::grid_clusters<Cfg>(wgmma_detail::work_count<Cfg>(params), &clusters);
   if (err != cudaSuccess) return err;
   if (splits == 1) {
-    // plan_wgmma_gemm sized `partials` (the workspace) for this plan.
+    // Stream-K where plan_wgmma_gemm sized the workspace for it: the plan
+    // depends only on the problem, the cached residency and
+    // PYGPUKIT_STREAM_K, so it is the same here unless that variable
+    // changed in between (then the workspace may be short: leave it out).
     const wgmma_detail::StreamKPlan sk =
         wgmma_detail::stream_k_plan<Cfg>(params.M, params.N, p.K, p.batch, 1, clusters);
-    if (sk.iters > 0) {
+    if (sk.iters > 0 && sk.bytes <= partials_bytes) {
       params.stream_k_whole = sk.whole;
       params.stream_k_iters = sk.iters;
       params.stream_k_counters = reinterpret_cast<uint32_t*>(partials);
@@ -822,6 +826,7 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
 // wgmma_gemm_<config>.cu holds one, so the configurations compile in parallel.
 #define PYGPUKIT_INSTANTIATE_WGMMA(CFG)                                                 \
   template WgmmaPlan plan_wgmma_gemm<CFG>(const GemmProblem&, int);                    \
-  template cudaError_t launch_wgmma_gemm<CFG>(const GemmProblem&, int, float*, cudaStream_t);
+  template cudaError_t launch_wgmma_gemm<CFG>(const GemmProblem&, int, float*, size_t,      \
+                                              cudaStream_t);
 
 }  // namespace pygpukit
