@@ -460,6 +460,8 @@ cudaError_t launch_staging(const GemmProblem& p, const Staging& s, uint8_t* ws,
   return err;
 }
 
+// Workspace of the row-major GEMV's K-splits: splits rows of
+// splitk_partials_ld(N) floats.
 size_t partials_bytes(const GemmProblem& p, int splits) {
   return splits > 1 ? workspace_round(splits * p.M * splitk_partials_ld(p.N)) : 0;
 }
@@ -472,8 +474,6 @@ Staging wgmma_staging(const GemmProblem& p, Kernel k) {
              : plan_staging(p, /*for_wgmma=*/true, /*tf32x3=*/false);
 }
 
-// Packs what plan_staging says into `workspace`, then runs the chosen wgmma
-// configuration on the K-major operands (split-K partials after the packs).
 // f(static_cast<Config*>(nullptr)) for the WgmmaConfig of wgmma kernel `k`:
 // the one map from Kernel to configuration, for the launch and the name.
 template <class F>
@@ -498,6 +498,10 @@ auto with_wgmma_config(Kernel k, F&& f) {
   }
 }
 
+// Packs what wgmma_staging says into `workspace`, then runs the chosen wgmma
+// configuration on the staged operands, its split-K or stream-K partial
+// sums in the workspace after the packs. cudaErrorInvalidValue, launching
+// nothing, where workspace_bytes cannot hold the packs.
 cudaError_t run_wgmma(const GemmProblem& p, const Choice& c, void* workspace,
                       size_t workspace_bytes, cudaStream_t stream) {
   const Staging s = wgmma_staging(p, c.kernel);
