@@ -62,6 +62,11 @@ def time_interleaved(variants, sets, label, sub_label, min_run_time=1.0, rounds=
     return {name: benchmark.Measurement.merge(measurements)[0] for name, measurements in blocks.items()}
 
 
+def geomean(values) -> float:
+    """Geometric mean of positive numbers (ratios to cuBLAS)."""
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
 def markdown_table(columns, rows) -> list:
     """The lines of a Markdown table: header, separator, one line per row of cells."""
     return (["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]

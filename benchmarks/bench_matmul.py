@@ -16,13 +16,12 @@ float64 product of the same inputs.
 import argparse
 import contextlib
 import json
-import math
 
 import torch
 import torch.utils.benchmark as benchmark
 
 import pygpukit_torch
-from _common import append_markdown, markdown_table, rotation_count, run_header, time_interleaved
+from _common import append_markdown, geomean, markdown_table, rotation_count, run_header, time_interleaved
 from pygpukit_torch.testing import cublas_tf32, rel_error
 
 # The canonical shape set: (kind, M, N, K, layout). Layout letters are A then
@@ -58,10 +57,6 @@ def forced(kernel):
         with pygpukit_torch.force_kernel(kernel):
             return pygpukit_torch.matmul_tf32(a, b)
     return fn
-
-
-def geomean(values):
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def main():

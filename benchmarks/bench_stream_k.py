@@ -14,13 +14,12 @@ both columns.
 
 import argparse
 import contextlib
-import math
 import os
 
 import torch
 
 import pygpukit_torch
-from _common import markdown_table, rotation_count, run_header, time_interleaved
+from _common import geomean, markdown_table, rotation_count, run_header, time_interleaved
 from pygpukit_torch.testing import cublas_tf32, rel_error
 
 TARGET_SET = ((4096, 4096, 4096), (8192, 8192, 8192), (16384, 16384, 16384), (8192, 14336, 4096),
@@ -38,10 +37,6 @@ def stream_k_off():
             del os.environ["PYGPUKIT_STREAM_K"]
         else:
             os.environ["PYGPUKIT_STREAM_K"] = previous
-
-
-def geomean(values):
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def main():

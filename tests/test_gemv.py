@@ -171,11 +171,6 @@ def test_weight_of_more_than_2_31_elements():
 
 # The row-major weight: x @ W with W[K, N] (gemv_rowmajor.cu).
 
-def rowmajor_weight(k: int, n: int) -> torch.Tensor:
-    """A [k, n] row-major CUDA matrix whose rows start 16 bytes apart for any n."""
-    return torch.randn(k, (n + 3) // 4 * 4, device="cuda")[:, :n]
-
-
 def splits_of_rowmajor(info):
     """The split-K count that kernel_info reports for a row-major gemv call."""
     assert "B read row by row" in info, info
@@ -203,7 +198,7 @@ def test_rowmajor_b_edges_of_n_and_k(n, k):
     """Column blocks cut by N's end (a lane with 1-3 columns, lanes with
     none), K groups cut by K's end, and the split counts these give (1 for
     small K, up to 32)."""
-    x, w = rows(1, k), rowmajor_weight(k, n)
+    x, w = rows(1, k), rows(k, n)
     info = kernel_info(x, w)
     assert splits_of_rowmajor(info) >= 1
     out = poisoned_matmul(x, w)
@@ -215,12 +210,12 @@ def test_rowmajor_b_edges_of_n_and_k(n, k):
 def test_rowmajor_b_split_counts():
     """The choice fills the SMs once: 1 split when the column blocks alone
     do, more for fewer columns, at most 32, each split at least 64 rows."""
-    assert splits_of_rowmajor(kernel_info(rows(1, 64), rowmajor_weight(64, 4 * 128 * sms()))) == 1
-    assert splits_of_rowmajor(kernel_info(rows(1, 4096), rowmajor_weight(4096, 128))) == 32
-    assert splits_of_rowmajor(kernel_info(rows(1, 192), rowmajor_weight(192, 128))) == 3
+    assert splits_of_rowmajor(kernel_info(rows(1, 64), rows(64, 4 * 128 * sms()))) == 1
+    assert splits_of_rowmajor(kernel_info(rows(1, 4096), rows(4096, 128))) == 32
+    assert splits_of_rowmajor(kernel_info(rows(1, 192), rows(192, 128))) == 3
     # 4 splits of 65 rows become 3 of 128 (two whole 64-row steps each).
-    assert splits_of_rowmajor(kernel_info(rows(1, 260), rowmajor_weight(260, 128))) == 3
-    info = kernel_info(rows(1, 4096), rowmajor_weight(4096, 4096))
+    assert splits_of_rowmajor(kernel_info(rows(1, 260), rows(260, 128))) == 3
+    info = kernel_info(rows(1, 4096), rows(4096, 4096))
     assert 1 < splits_of_rowmajor(info) <= 32, info
 
 
@@ -230,7 +225,7 @@ def test_rowmajor_b_split_counts():
 def test_rowmajor_b_linear_epilogue(n, k, bias, activation):
     """linear_tf32 with a weight that is the transpose of a row-major [K, N]
     matrix (Conv1D's layout), with and without K-splits."""
-    x, w_kn = rows(1, k), rowmajor_weight(k, n).div_(k ** 0.5)
+    x, w_kn = rows(1, k), rows(k, n).div_(k ** 0.5)
     weight = w_kn.mT  # [N, K], N-major
     b = torch.randn(n, device="cuda") if bias else None
     assert "B read row by row" in kernel_info(x, w_kn)
@@ -251,7 +246,7 @@ def test_rowmajor_b_error_at_most_cublas_fp32(n, k):
 
 def test_rowmajor_b_special_values_like_torch():
     k, n = 300, 1000
-    x, w = rows(1, k), rowmajor_weight(k, n)
+    x, w = rows(1, k), rows(k, n)
     w[5, 2], w[7, 3], w[299, 999] = float("nan"), float("inf"), float("-inf")
     got, ref = matmul_tf32(x, w), torch.matmul(x.double(), w.double())
     assert torch.equal(got.isnan(), ref.isnan())
@@ -263,7 +258,7 @@ def test_rowmajor_b_special_values_like_torch():
 
 @pytest.mark.parametrize("n,k", [(4097, 4099), (14336, 4096)])
 def test_rowmajor_b_deterministic_over_500_calls(n, k):
-    x, w, b = rows(1, k), rowmajor_weight(k, n), torch.randn(n, device="cuda")
+    x, w, b = rows(1, k), rows(k, n), torch.randn(n, device="cuda")
     assert "B read row by row" in kernel_info(x, w)
     first = linear_tf32(x, w.mT, b, "gelu")
     for _ in range(500):

@@ -297,7 +297,8 @@ Choice skinny_choice(const GemmProblem& p, Precision precision, const DeviceInfo
 // is not K-major and 16-byte aligned, gemv with M > 1 or a weight neither
 // K-major nor row-major and 16-byte aligned) falls back to the automatic
 // choice rather than fail; so does a name that is none of these (a typo
-// must not quietly turn the Hopper path off). With precision "ieee", any forced kernel but gemv runs the FMA one.
+// must not quietly turn the Hopper path off). With precision "ieee", any
+// forced kernel but gemv runs the FMA one.
 std::string forced_kernel() {
   static const std::array<const char*, 9> kForceable = {
       "wgmma", "wgmma_swap_ab", "mma_sync", "mma_sync_large", "mma_sync_medium", "mma_sync_small",
@@ -460,12 +461,6 @@ cudaError_t launch_staging(const GemmProblem& p, const Staging& s, uint8_t* ws,
   return err;
 }
 
-// Workspace of the row-major GEMV's K-splits: splits rows of
-// splitk_partials_ld(N) floats.
-size_t partials_bytes(const GemmProblem& p, int splits) {
-  return splits > 1 ? workspace_round(splits * p.M * splitk_partials_ld(p.N)) : 0;
-}
-
 // What the wgmma kernel `k` needs packed: nothing for the kSwapAB
 // configurations, which read the row-major B in place.
 Staging wgmma_staging(const GemmProblem& p, Kernel k) {
@@ -560,7 +555,7 @@ bool tf32x3_unstaged(const GemmProblem& p) {
 // `p` is the staged problem.
 size_t chosen_workspace_bytes(const GemmProblem& p, Precision precision) {
   const Choice c = choose(p, precision, device_info(current_device()));
-  if (c.kernel == Kernel::kGemvRowMajor) return partials_bytes(p, c.splits);
+  if (c.kernel == Kernel::kGemvRowMajor) return splitk_partials_bytes(c.splits, p.M, p.N);
   if (!is_wgmma(c.kernel)) return 0;
   const Staging s = wgmma_staging(p, c.kernel);
   return s.bytes_a + s.bytes_b + with_wgmma_config(c.kernel, [&](auto* config) {
@@ -602,7 +597,7 @@ cudaError_t run_chosen(const GemmProblem& p, Precision precision, void* workspac
     case Kernel::kGemv:
       return launch_gemv(kmajor_view(p), c.splits, stream);
     case Kernel::kGemvRowMajor:
-      if (partials_bytes(p, c.splits) > workspace_bytes) return cudaErrorInvalidValue;
+      if (splitk_partials_bytes(c.splits, p.M, p.N) > workspace_bytes) return cudaErrorInvalidValue;
       return launch_gemv_rowmajor(p, c.splits, static_cast<float*>(workspace), stream);
     case Kernel::kFma:
     default:

@@ -14,6 +14,12 @@ namespace pygpukit {
 // keeps every row 16-byte aligned for the TMA stores that write them.
 __host__ __device__ inline int64_t splitk_partials_ld(int64_t N) { return (N + 3) / 4 * 4; }
 
+// Bytes of the partial products of `splits` K-ranges of an M x N output
+// (splits x M x splitk_partials_ld(N) floats); 0 for one range.
+inline size_t splitk_partials_bytes(int splits, int64_t M, int64_t N) {
+  return splits > 1 ? size_t(splits * M * splitk_partials_ld(N) * 4) : 0;
+}
+
 // C[m, n] = epilogue(sum over s = 0, 1, ..., splits - 1 of
 // partials[s][m][n]), partials being splits x M x ldp floats (ldp =
 // splitk_partials_ld(N)) and C row-major with leading dimension ldc.

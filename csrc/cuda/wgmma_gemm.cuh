@@ -657,9 +657,10 @@ constexpr double kStreamKMaxTailFill = 0.6;
 // The stream-K split of the last wave for a kernel-oriented M x N x K
 // problem on `clusters` grid clusters, and its workspace: counters (one per
 // tail tile, block and warpgroup), then partial sums (two segments per
-// cluster). Off (iters == 0) with split-K, with promotion (the promoted sums
-// are not what the segments would add), and where the work fills its waves,
-// its last wave is mostly full, or the ranges would be short.
+// cluster), for a launch without split-K. Off (iters == 0) with promotion
+// (the promoted sums are not what the segments would add), and where the
+// work fills its waves, its last wave is mostly full, or the ranges would be
+// short.
 struct StreamKPlan {
   int64_t whole = 0, iters = 0;
   size_t counter_bytes = 0, bytes = 0;
@@ -667,15 +668,14 @@ struct StreamKPlan {
 
 // PYGPUKIT_STREAM_K=0 turns it off, to measure what it gains.
 template <class Cfg>
-StreamKPlan stream_k_plan(int64_t M, int64_t N, int64_t K, int64_t batch, int splits,
-                          int64_t clusters) {
+StreamKPlan stream_k_plan(int64_t M, int64_t N, int64_t K, int64_t batch, int64_t clusters) {
   StreamKPlan plan;
   const char* env = std::getenv("PYGPUKIT_STREAM_K");
   if (env != nullptr && env[0] == '0' && env[1] == '\0') return plan;
   const int64_t works = Cfg::cluster_tiles(M, N) * batch;
   const int64_t tail = works % clusters;
   const int64_t iters = tail * ceil_div(K, Cfg::BK);
-  if (Cfg::kPromoteKTiles > 0 || splits > 1 || works < clusters || tail == 0 ||
+  if (Cfg::kPromoteKTiles > 0 || works < clusters || tail == 0 ||
       double(tail) > kStreamKMaxTailFill * double(clusters) || iters < kStreamKMinRange * clusters)
     return plan;
   plan.whole = works - tail;
@@ -717,14 +717,14 @@ WgmmaPlan plan_wgmma_gemm(const GemmProblem& p, int splits) {
   using namespace wgmma_detail;
   WgmmaPlan plan;
   if (splits > 1) {
-    plan.workspace_bytes = size_t((splits * p.M * splitk_partials_ld(p.N) * 4 + 255) / 256 * 256);
+    plan.workspace_bytes = splitk_partials_bytes(splits, p.M, p.N);
     return plan;
   }
   const int64_t works = Cfg::cluster_tiles(kernel_m<Cfg>(p), kernel_n<Cfg>(p)) * p.batch;
   int64_t clusters = 0;
   if (grid_clusters<Cfg>(works, &clusters) != cudaSuccess) return plan;
   const StreamKPlan sk =
-      stream_k_plan<Cfg>(kernel_m<Cfg>(p), kernel_n<Cfg>(p), p.K, p.batch, 1, clusters);
+      stream_k_plan<Cfg>(kernel_m<Cfg>(p), kernel_n<Cfg>(p), p.K, p.batch, clusters);
   plan.workspace_bytes = sk.bytes;
   plan.stream_k = sk.iters > 0;
   return plan;
@@ -753,7 +753,7 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
     return int(std::min<int64_t>(tile_rows, ceil_div(operand_rows, 8) * 8));
   };
   const int box_rows_a = rows_loaded(Cfg::BM, p.M);
-  const int box_rows_b = Cfg::kClusterM == 1 ? rows_loaded(Cfg::BN, Cfg::kSwapAB ? p.M : p.N)
+  const int box_rows_b = Cfg::kClusterM == 1 ? rows_loaded(Cfg::BN, wgmma_detail::kernel_n<Cfg>(p))
                                              : Cfg::BN / Cfg::kClusterM;
   // Each block receives its A tile and every block's slice of B.
   const int stage_tx_bytes = (Cfg::kSwapAB ? Cfg::kStageBytesA : box_rows_a * Cfg::BK * 4) +
@@ -772,7 +772,7 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
   const int k_tiles_per_split = int(ceil_div(k_tiles, splits));
   splits = int(ceil_div(k_tiles, k_tiles_per_split));  // no empty split
   const bool a_batched = p.batch_stride_a != 0, b_batched = p.batch_stride_b != 0;
-  wgmma_detail::WgmmaParams params{Cfg::kSwapAB ? p.N : p.M, Cfg::kSwapAB ? p.M : p.N, p.K,
+  wgmma_detail::WgmmaParams params{wgmma_detail::kernel_m<Cfg>(p), wgmma_detail::kernel_n<Cfg>(p), p.K,
                      p.batch, p.C, p.ldc, p.batch_stride_c, p.epilogue,
                      Cfg::kSwapAB ? b_batched : a_batched, Cfg::kSwapAB ? a_batched : b_batched,
                      false, splits, k_tiles_per_split, stage_tx_bytes,
@@ -780,7 +780,7 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
   // C (or the partials) as stored: always C's own M x N, row-major.
   const int64_t ldp = splitk_partials_ld(p.N);
   if (splits > 1) {  // raw partial products; the reduction applies the epilogue
-    if (size_t(splits * p.M * ldp * 4) > partials_bytes) return cudaErrorInvalidValue;
+    if (splitk_partials_bytes(splits, p.M, p.N) > partials_bytes) return cudaErrorInvalidValue;
     params.C = partials;
     params.ldc = ldp;
     params.batch_stride_c = p.M * ldp;
@@ -803,7 +803,7 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
     // PYGPUKIT_STREAM_K, so it is the same here unless that variable
     // changed in between (then the workspace may be short: leave it out).
     const wgmma_detail::StreamKPlan sk =
-        wgmma_detail::stream_k_plan<Cfg>(params.M, params.N, p.K, p.batch, 1, clusters);
+        wgmma_detail::stream_k_plan<Cfg>(params.M, params.N, p.K, p.batch, clusters);
     if (sk.iters > 0 && sk.bytes <= partials_bytes) {
       params.stream_k_whole = sk.whole;
       params.stream_k_iters = sk.iters;
