@@ -76,6 +76,19 @@ for n, k in ((45, 1), (1001, 131), (4097, 4099), (4 * 128 * sms + 3, 70), (130, 
     out = pygpukit_torch.linear_tf32(x, w.t(), b, "gelu")
     ref = F.gelu(F.linear(x.double(), w.t().double(), b.double()))
     assert float((out.double() - ref).norm() / ref.norm()) < 1e-5, (n, k)
+# A few rows of x on a row-major weight, forced: the row-major GEMV built for
+# 2, 4, 8 and 16 rows (rows past M repeat row M - 1, never stored), split-K
+# from 1 up, N's end inside a chunk and a K tail; x's rows 16-byte aligned
+# (views of padded rows).
+os.environ["PYGPUKIT_KERNEL"] = "gemv"
+for m, n, k in ((2, 45, 1), (3, 1001, 131), (5, 4097, 4099), (9, 4 * 128 * sms + 3, 70), (16, 130, 4096)):
+    x = torch.randn(m, (k + 3) // 4 * 4, device="cuda")[:, :k]
+    b = torch.randn(n, device="cuda")
+    w = torch.randn(k, (n + 3) // 4 * 4, device="cuda")[:, :n]
+    assert f"{m} rows of A" in pygpukit_torch.kernel_info(x, w)
+    out = pygpukit_torch.linear_tf32(x, w.t(), b, "gelu")
+    ref = F.gelu(F.linear(x.double(), w.t().double(), b.double()))
+    assert float((out.double() - ref).norm() / ref.norm()) < 1e-5, (m, n, k)
 # The Hopper path's stream-K last wave (its tiles' k-tiles spread over every
 # cluster, partial sums through the workspace): nn (SwapAB) and nt, the
 # latter with a fused epilogue, where the H200's schedule takes it.

@@ -40,7 +40,7 @@ def test_chosen_for_one_row_at_fp32_accuracy(n, k, precision):
     result, with FP32's error (TF32 rounding would give ~3e-4)."""
     x, w = torch.randn(1, k, device="cuda"), torch.randn(n, k, device="cuda")
     info = kernel_info(x, w.mT, precision=precision)
-    assert info.startswith("gemv") or info.startswith("FP32 (one row"), info
+    assert info.startswith("gemv") or info.startswith("FP32 (at least as accurate"), info
     out = poisoned_matmul(x, w.mT, precision)
     assert_matmul_close(out, x, w.mT, precision="ieee")
     assert rel_error(out, matmul_reference(x, w.mT)) < 1e-6
@@ -263,3 +263,111 @@ def test_rowmajor_b_deterministic_over_500_calls(n, k):
     first = linear_tf32(x, w.mT, b, "gelu")
     for _ in range(500):
         assert torch.equal(linear_tf32(x, w.mT, b, "gelu"), first)
+
+
+# A few rows of A on the row-major weight: the same kernel built for 2, 4, 8
+# and 16 rows per CTA (gemv_rowmajor.cu), forced: not yet the automatic choice.
+
+FEW_ROWS = (2, 3, 4, 5, 8, 9, 15, 16)
+
+
+@pytest.mark.parametrize("m", FEW_ROWS)
+@pytest.mark.parametrize("n,k", [(4096, 4096), (1000, 63), (129, 4099), (130, 1), (131, 9), (5, 7), (4097, 520)])
+def test_rowmajor_b_few_rows_forced(m, n, k):
+    """Each load of W feeds all rows of x; rows past M in a CTA's 4, 8 or 16
+    repeat row M - 1 and must not be stored (NaN-poisoned output); N's and
+    K's edges as for one row. FP32 for every precision, bitwise the same."""
+    x, w = rows(m, k), rows(k, n)
+    with pygpukit_torch.force_kernel("gemv"):
+        info = kernel_info(x, w)
+        assert "B read row by row" in info and f"{m} rows of A" in info, info
+        out = poisoned_matmul(x, w)
+        assert_matmul_close(out, x, w, precision="ieee")
+        assert rel_error(out, matmul_reference(x, w)) < 1e-6
+        for precision in PRECISIONS:
+            torch.testing.assert_close(poisoned_matmul(x, w, precision), out, rtol=0, atol=0)
+        assert kernel_info(x, w, precision="tf32x3").startswith("FP32 (at least as accurate")
+
+
+def test_rowmajor_b_few_rows_fallbacks():
+    """What the forced kernel cannot run goes to the automatic choice, with
+    correct values: 17 rows, rows of x not 16-byte aligned, a batch of W."""
+    k, n = 300, 1000
+    w = rows(k, n)
+    cases = {"17 rows": (rows(17, k), w),
+             "unaligned rows of x": (torch.randn(4, k + 1, device="cuda")[:, 1:], w),
+             "x's row stride not a multiple of 4": (torch.randn(4, k + 1, device="cuda")[:, :k], w),
+             "a batch of W": (rows(4, k), torch.randn(2, k, n, device="cuda"))}
+    with pygpukit_torch.force_kernel("gemv"):
+        for name, (a, b) in cases.items():
+            assert "B read row by row" not in kernel_info(a, b), (name, kernel_info(a, b))
+            assert_matmul_close(poisoned_matmul(a, b), a, b)
+        # One unaligned row needs no alignment of x.
+        x1 = torch.randn(1, k + 1, device="cuda")[:, 1:]
+        assert "B read row by row" in kernel_info(x1, w)
+        assert_matmul_close(poisoned_matmul(x1, w), x1, w, precision="ieee")
+
+
+def test_rowmajor_b_few_rows_batched_x():
+    """x[2, 3, K] @ W folds into 6 rows of one GEMM."""
+    x, w = torch.randn(2, 3, 512, device="cuda"), torch.randn(512, 768, device="cuda")
+    with pygpukit_torch.force_kernel("gemv"):
+        assert "6 rows of A" in kernel_info(x, w)
+        out = poisoned_matmul(x, w)
+    assert out.shape == (2, 3, 768)
+    assert_matmul_close(out, x, w, precision="ieee")
+
+
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("m,n,k", [(3, 70, 300), (16, 4097, 4099), (8, 5000, 33)])
+def test_rowmajor_b_few_rows_linear_epilogue(m, n, k, bias, activation):
+    """linear_tf32 on Conv1D's layout with a few rows: the epilogue on each
+    stored row, with and without K-splits."""
+    x, w_kn = rows(m, k), rows(k, n).div_(k ** 0.5)
+    weight = w_kn.mT
+    b = torch.randn(n, device="cuda") if bias else None
+    with pygpukit_torch.force_kernel("gemv"):
+        assert f"{m} rows of A" in kernel_info(x, w_kn)
+        poison_next_output((m, n), "cuda")
+        out = linear_tf32(x, weight, b, activation)
+    assert_linear_close(out, x, weight, b, activation, precision="ieee")
+
+
+@pytest.mark.parametrize("m", [2, 16])
+def test_rowmajor_b_few_rows_error_at_most_cublas_fp32(m):
+    torch.manual_seed(2)
+    x, w = torch.randn(m, 4096, device="cuda"), torch.randn(4096, 4096, device="cuda")
+    ref = matmul_reference(x, w)
+    with cublas_tf32(False):
+        cublas = rel_error(torch.matmul(x, w), ref)
+    with pygpukit_torch.force_kernel("gemv"):
+        assert "B read row by row" in kernel_info(x, w)
+        assert rel_error(matmul_tf32(x, w), ref) <= cublas
+
+
+def test_rowmajor_b_few_rows_deterministic_over_500_calls():
+    x, w, b = rows(16, 4099), rows(4099, 4097), torch.randn(4097, device="cuda")
+    with pygpukit_torch.force_kernel("gemv"):
+        assert splits_of_rowmajor(kernel_info(x, w)) > 1
+        first = linear_tf32(x, w.mT, b, "gelu")
+        for _ in range(500):
+            assert torch.equal(linear_tf32(x, w.mT, b, "gelu"), first)
+
+
+def test_rowmajor_b_few_rows_repeated_row_and_special_values():
+    """One row of x expanded to 4 (row stride 0) gives 4 equal rows; NaN and
+    infinities in W reach the same outputs as in torch, in every row."""
+    k, n = 300, 1000
+    x, w = torch.randn(1, k, device="cuda").expand(4, k), rows(k, n)
+    w[5, 2], w[7, 3], w[299, 999] = float("nan"), float("inf"), float("-inf")
+    with pygpukit_torch.force_kernel("gemv"):
+        assert "4 rows of A" in kernel_info(x, w)
+        got = poisoned_matmul(x, w)
+    ref = torch.matmul(x.double(), w.double())
+    assert torch.equal(got.isnan(), ref.isnan())
+    assert torch.equal(got.isinf() & (got > 0), ref.isinf() & (ref > 0))
+    assert torch.equal(got.isinf() & (got < 0), ref.isinf() & (ref < 0))
+    assert int(got.isnan().sum()) == 4 and int(got.isinf().sum()) == 8
+    torch.testing.assert_close(got[got.isfinite()].double(), ref[ref.isfinite()], rtol=1e-5, atol=1e-5)
+    assert all(torch.equal(got[i], got[0]) for i in range(1, 4))

@@ -198,11 +198,14 @@ bool skinny_runs(const GemmProblem& p) {
 // requirements of the skinny kernel.
 bool gemv_runs(const GemmProblem& p) { return p.M == 1 && skinny_runs(p); }
 
-// Whether the row-major GEMV can run `p` (gemv_rowmajor.h): one row of A
-// and a row-major B, 16-byte aligned, as `x @ W` with W stored [in, out].
+// Whether the row-major GEMV can run `p` (gemv_rowmajor.h): up to
+// kGemvRowMajorMaxRows rows of A and a row-major B, 16-byte aligned, as
+// `x @ W` with W stored [in, out]; more than one row also needs A's rows
+// 16-byte aligned.
 bool gemv_rowmajor_runs(const GemmProblem& p) {
-  return p.batch == 1 && p.M == 1 && p.layout_a == Layout::kRowMajor &&
-         p.layout_b == Layout::kRowMajor && aligned16(p.B, p.ldb, 0);
+  return p.batch == 1 && p.M <= kGemvRowMajorMaxRows && p.layout_a == Layout::kRowMajor &&
+         p.layout_b == Layout::kRowMajor && aligned16(p.B, p.ldb, 0) &&
+         (p.M == 1 || aligned16(p.A, p.lda, 0));
 }
 
 // The GEMV for `p` with its K-slices per output: the fewest that give ~30
@@ -219,12 +222,13 @@ Choice gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
 }
 
 // The row-major GEMV for `p` with its K-splits: column blocks times splits
-// filling the SMs once at kMinCtasPerSm CTAs each, every split at least one
-// CTA step of rows. At N = K = 4096 on 132 SMs: 32 blocks x 16 splits of 256
-// rows; N = 14336: 112 x 4.
+// filling the SMs once at the CTAs per SM its kernel for M rows is built
+// for, every split at least one CTA step of rows. At N = K = 4096 on 132
+// SMs, one row (4 CTAs per SM): 32 blocks x 16 splits of 256 rows; N =
+// 14336: 112 x 4.
 Choice gemv_rowmajor_choice(const GemmProblem& p, const DeviceInfo& d) {
-  using Cfg = GemvRowMajorConfig;
-  const int64_t wave = int64_t{Cfg::kMinCtasPerSm} * d.sm_count;
+  using Cfg = GemvRowMajorShape;
+  const int64_t wave = int64_t{gemv_rowmajor_ctas_per_sm(gemv_rowmajor_rows(p.M))} * d.sm_count;
   const int64_t wanted = std::max<int64_t>(
       std::min<int64_t>({wave / Cfg::col_blocks(p.N), p.K / Cfg::kRowsPerStep,
                          kGemvRowMajorMaxSplits}),
@@ -235,7 +239,9 @@ Choice gemv_rowmajor_choice(const GemmProblem& p, const DeviceInfo& d) {
 }
 
 // One row of A: the GEMV for the weight's layout, K-major or row-major.
-bool single_row_runs(const GemmProblem& p) { return gemv_runs(p) || gemv_rowmajor_runs(p); }
+bool single_row_runs(const GemmProblem& p) {
+  return p.M == 1 && (gemv_runs(p) || gemv_rowmajor_runs(p));
+}
 Choice single_row_choice(const GemmProblem& p, const DeviceInfo& d) {
   return gemv_runs(p) ? gemv_choice(p, d) : gemv_rowmajor_choice(p, d);
 }
@@ -294,8 +300,10 @@ Choice skinny_choice(const GemmProblem& p, Precision precision, const DeviceInfo
 // gemv, fma. A forced kernel that cannot run the problem (wgmma off Hopper,
 // wgmma_swap_ab where swap_ab_runs is false, large tile with unaligned
 // operands, too little shared memory, skinny with M > 16 or an operand that
-// is not K-major and 16-byte aligned, gemv with M > 1 or a weight neither
-// K-major nor row-major and 16-byte aligned) falls back to the automatic
+// is not K-major and 16-byte aligned, gemv with a weight neither K-major
+// nor row-major and 16-byte aligned, with M > 1 on a K-major weight, with
+// M > 16, a batch, or rows of A not 16-byte aligned on a row-major one)
+// falls back to the automatic
 // choice rather than fail; so does a name that is none of these (a typo
 // must not quietly turn the Hopper path off). With precision "ieee", any
 // forced kernel but gemv runs the FMA one.
@@ -319,6 +327,11 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   // forced. FP32 precision otherwise never uses tensor cores: the FMA kernel.
   const bool gemv = single_row_runs(p);
   if (gemv && (forced == "auto" || forced == "gemv")) return single_row_choice(p, d);
+  // Forced, the row-major GEMV also takes 2 to 16 rows of A. Not yet the
+  // automatic choice: written without a GPU at hand (session 9), it waits
+  // for its measurements against the SwapAB wgmma tile (TF32) and the staged
+  // 3xTF32 path that serve these rows now.
+  if (forced == "gemv" && gemv_rowmajor_runs(p)) return gemv_rowmajor_choice(p, d);
   if (precision == Precision::kIEEE) return {Kernel::kFma};
   const bool vec16 = aligned16(p.A, p.lda, p.batch_stride_a) &&
                      aligned16(p.B, p.ldb, p.batch_stride_b);
@@ -645,7 +658,8 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
       break;
     case Kernel::kGemvRowMajor:
       name = "gemv, FP32 FMAs, B read row by row, " +
-             std::to_string(GemvRowMajorConfig::kCols) + " columns per CTA";
+             std::to_string(GemvRowMajorShape::kCols) + " columns per CTA";
+      if (p.M > 1) name += ", " + std::to_string(p.M) + " rows of A on each load of B";
       if (c.splits > 1) name += ", split-K " + std::to_string(c.splits);
       break;
     case Kernel::kFma:
@@ -696,7 +710,7 @@ std::string describe_gemm(const GemmProblem& p, Precision precision) {
     if (tf32x3_unstaged(p)) {
       const Kernel k = choose(p, precision, device_info(current_device())).kernel;
       const bool gemv = k == Kernel::kGemv || k == Kernel::kGemvRowMajor;
-      return (gemv ? "FP32 (one row: at least as accurate as 3xTF32) on "
+      return (gemv ? "FP32 (at least as accurate as 3xTF32) on "
                    : "3xTF32 (A, B split into big and small TF32 parts in registers) on ") +
              describe_chosen(p, precision);
     }

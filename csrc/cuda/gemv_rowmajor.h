@@ -1,10 +1,10 @@
-// The single-row GEMM with a row-major B (GEMV): C[0, :] = epilogue(A[0, :]
-// @ B) with B[K, N] stored row by row, i.e. `x @ W` for a weight kept
-// [in, out] (GPT-2's Conv1D, a hand-written `x @ W`). gemv.h's kernel reads
-// a K-major weight; this one reads B in place instead of packing it K-major
-// first, which at one row would cost more than the GEMV itself. Its
-// configuration and launcher; the kernel is in gemv_rowmajor.cu, the rule
-// that picks it in dispatch.cu.
+// The GEMM of a few rows of A on a row-major B: C[m, :] = epilogue(A[m, :]
+// @ B) for M = 1 to kGemvRowMajorMaxRows, B[K, N] stored row by row, i.e.
+// `x @ W` at decode-sized M for a weight kept [in, out] (GPT-2's Conv1D, a
+// hand-written `x @ W`). gemv.h's kernel reads a K-major weight; this one
+// reads B in place instead of packing it K-major first, which at a few rows
+// would cost more than the product itself. Its configuration and launcher;
+// the kernel is in gemv_rowmajor.cu, the rule that picks it in dispatch.cu.
 #pragma once
 
 #include <cstdint>
@@ -13,25 +13,40 @@
 
 namespace pygpukit {
 
-// A CTA owns kCols adjacent columns of C: its 32 lanes read 4 columns each
-// (16-byte loads), so every load instruction of a warp reads 512 contiguous
-// bytes of one row of B, and its warps take interleaved groups of
-// kRowsInFlight rows. Each lane loads its kRowsInFlight chunks before their
-// FMAs: kWarps x kRowsInFlight x 512 bytes (32 KB) of B in flight per CTA.
-// As in gemv.h, B's bytes, read once, bound the kernel; x is K floats,
+// A CTA owns kCols adjacent columns of C for kRows rows of A: its 32 lanes
+// read 4 columns each (16-byte loads), so every load instruction of a warp
+// reads 512 contiguous bytes of one row of B, and its warps take interleaved
+// groups of kRowsInFlight rows. Each lane loads its kRowsInFlight chunks
+// before their FMAs, and every chunk feeds all kRows rows of A:
+// kWarps x kRowsInFlight x 512 bytes (32 KB) of B in flight per CTA. As in
+// gemv.h, B's bytes, read once, bound the kernel; A is M x K floats,
 // broadcast to the warp from L1. K is cut into splits (grid.y) when the
 // column blocks alone leave SMs idle; their partial sums go through
 // splitk_reduce (fixed order, deterministic).
+// The rows of A per CTA that the launch takes for M rows (1 <= M <= 16):
+// the fewest of 1, 2, 4, 8, 16 that cover M.
+constexpr int gemv_rowmajor_rows(int64_t M) { return M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : M <= 8 ? 8 : 16; }
+// CTAs per SM that the kernel for kRows rows of A is built for (below).
+constexpr int gemv_rowmajor_ctas_per_sm(int kRows) { return kRows <= 2 ? 4 : kRows == 4 ? 3 : 2; }
+
+template <int kRows_>
 struct GemvRowMajorConfig {
+  // Rows of A per CTA, all sharing each load of B: 1, 2, 4, 8 or 16
+  // (gemv_rowmajor_rows); rows past M repeat row M - 1 and are not stored
+  // (no predicates in the mainloop).
+  static constexpr int kRows = kRows_;
   static constexpr int kWarps = 8;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kCols = 32 * 4;
   static constexpr int kRowsInFlight = 8;
   static constexpr int kRowsPerStep = kWarps * kRowsInFlight;  // rows of B per CTA step
-  // Declared to ptxas (launch bounds): without it, ptxas kept 40 registers
-  // and issued each row's load just before its FMAs, two loads in flight
-  // instead of kRowsInFlight; with it, 61 registers and all loads first.
-  static constexpr int kMinCtasPerSm = 4;
+  // Declared to ptxas (launch bounds). One row: without it, ptxas kept 40
+  // registers and issued each row's load just before its FMAs, two loads in
+  // flight instead of kRowsInFlight; with it, 61 registers and all loads
+  // first. More rows hold 4 x kRows accumulators per lane: 4 rows get 3
+  // CTAs per SM (at 4, 64 registers, ptxas spilled for sm_80), 8 and 16
+  // rows 2 (128 registers), which still keeps 64 KB of B in flight per SM.
+  static constexpr int kMinCtasPerSm = gemv_rowmajor_ctas_per_sm(kRows);
 
   static constexpr int64_t col_blocks(int64_t N) { return (N + kCols - 1) / kCols; }
   // K-rows per split: whole CTA steps, as even as that allows.
@@ -39,17 +54,25 @@ struct GemvRowMajorConfig {
     return ((K + splits - 1) / splits + kRowsPerStep - 1) / kRowsPerStep * kRowsPerStep;
   }
 };
+// What the dispatcher sizes with: every kRows has the same columns and steps.
+using GemvRowMajorShape = GemvRowMajorConfig<1>;
 
-// Requires batch == 1, M == 1, N, K >= 1, A's row contiguous along K (A
-// row-major; lda is not read), B row-major with B 16-byte aligned and ldb a
-// multiple of 4. Any N (the last chunk of a row is read with scalar loads)
-// and K; any epilogue. Deterministic: each lane keeps two running sums per
-// column (rows alternating between them), added in a fixed order, then the
-// warps' sums in warp order and the splits in split order; no atomics. FP32
-// throughout, no TF32 rounding, for every precision (see gemv.h). splits:
-// 1 to kGemvRowMajorMaxSplits K-ranges; with splits > 1, `partials` must
-// hold splits x splitk_partials_ld(N) floats. Returns cudaErrorInvalidValue
-// for a splits count out of range.
+// Requires batch == 1, 1 <= M <= kGemvRowMajorMaxRows, N, K >= 1, A
+// row-major with each row contiguous along K, B row-major with B 16-byte
+// aligned and ldb a multiple of 4; for M > 1 also A 16-byte aligned and lda
+// a multiple of 4 (A is read in 16-byte chunks then; one row is read float
+// by float, lda unread). Any N (the last chunk of a row is read with scalar
+// loads) and K; any epilogue. Deterministic: with one row each lane keeps
+// two running sums per column (rows alternating between them), with more
+// one per row and column; then the warps' sums are added in warp order and
+// the splits in split order; no atomics. FP32 throughout, no TF32 rounding,
+// for every precision (see gemv.h). splits: 1 to kGemvRowMajorMaxSplits
+// K-ranges; with splits > 1, `partials` must hold splitk_partials_bytes
+// (splits, M, N) bytes. Returns cudaErrorInvalidValue for M or a splits
+// count out of range, or, for M > 1, A not 16-byte aligned.
+constexpr int kGemvRowMajorMaxRows = 16;
+static_assert(gemv_rowmajor_rows(kGemvRowMajorMaxRows) == kGemvRowMajorMaxRows,
+              "the largest M has its own rows per CTA");
 constexpr int kGemvRowMajorMaxSplits = 32;
 cudaError_t launch_gemv_rowmajor(const GemmProblem& problem, int splits, float* partials,
                                  cudaStream_t stream);
