@@ -72,17 +72,25 @@ __device__ __forceinline__ int64_t accumulate_whole_groups(const GemmProblem& p,
       // them first would hold 8 x kRows more registers (ptxas spilled).
       // One pointer walks down A's rows (kRows pointers set up outside the
       // loop took 2 x kRows registers, and spilled).
+      // Each row's group is summed on its own, then added to the running
+      // sum: two chains of kRowsInFlight and rows / (kWarps x
+      // kRowsInFlight) additions instead of one of rows / kWarps (64 at
+      // 16 x 4096 x 4096), so about the one-row kernel's rounding error.
       const float* x_row = p.A + k0;
 #pragma unroll
-      for (int m = 0; m < kRows; x_row = next_a_row(p, x_row, m), ++m)
+      for (int m = 0; m < kRows; x_row = next_a_row(p, x_row, m), ++m) {
+        float4 group = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
         for (int j = 0; j < kR; j += 4) {
           const float4 x = __ldg(reinterpret_cast<const float4*>(x_row + j));
-          fma_row(acc[m][0], x.x, wv[j]);
-          fma_row(acc[m][0], x.y, wv[j + 1]);
-          fma_row(acc[m][0], x.z, wv[j + 2]);
-          fma_row(acc[m][0], x.w, wv[j + 3]);
+          fma_row(group, x.x, wv[j]);
+          fma_row(group, x.y, wv[j + 1]);
+          fma_row(group, x.z, wv[j + 2]);
+          fma_row(group, x.w, wv[j + 3]);
         }
+        acc[m][0] = make_float4(acc[m][0].x + group.x, acc[m][0].y + group.y,
+                                acc[m][0].z + group.z, acc[m][0].w + group.w);
+      }
     }
   }
   return k0;

@@ -64,7 +64,8 @@ using GemvRowMajorShape = GemvRowMajorConfig<1>;
 // by float, lda unread). Any N (the last chunk of a row is read with scalar
 // loads) and K; any epilogue. Deterministic: with one row each lane keeps
 // two running sums per column (rows alternating between them), with more
-// one per row and column; then the warps' sums are added in warp order and
+// one per row and column, to which each group of kRowsInFlight rows of B is
+// added as its own sum; then the warps' sums are added in warp order and
 // the splits in split order; no atomics. FP32 throughout, no TF32 rounding,
 // for every precision (see gemv.h). splits: 1 to kGemvRowMajorMaxSplits
 // K-ranges; with splits > 1, `partials` must hold splitk_partials_bytes
