@@ -48,10 +48,11 @@ def force_kernel(kernel: str) -> Iterator[None]:
             precision; the weight either K-major as for ``skinny`` or
             row-major as in ``x @ W`` with ``W`` stored [in, out], 16-byte
             aligned), which the automatic choice takes for every such row;
-            forcing another kernel runs that one instead. Forced, the
-            row-major one also runs 2 to 16 rows of ``x`` (rows 16-byte
-            aligned, no batch of ``W``), every load of ``W`` shared by all
-            rows; not yet the automatic choice (unmeasured).
+            forcing another kernel runs that one instead. Forced, they
+            also run 2 to 16 rows of ``x`` (rows 16-byte aligned, no batch
+            of the weight) on either layout, in FP32, every load of the
+            weight shared by all rows; not yet the automatic choice
+            (unmeasured).
             ``fma``: the FP32 CUDA-core kernel. ``auto``: the dispatcher's
             choice.
 

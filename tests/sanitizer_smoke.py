@@ -89,6 +89,18 @@ for m, n, k in ((2, 45, 1), (3, 1001, 131), (5, 4097, 4099), (9, 4 * 128 * sms +
     out = pygpukit_torch.linear_tf32(x, w.t(), b, "gelu")
     ref = F.gelu(F.linear(x.double(), w.t().double(), b.double()))
     assert float((out.double() - ref).norm() / ref.norm()) < 1e-5, (m, n, k)
+# ... and on a K-major weight (linear_tf32's own layout): the few-rows GEMV,
+# forced, with 1 to 8 K-slices, K tails, weight rows past N and rows of x
+# past M in a CTA.
+os.environ["PYGPUKIT_KERNEL"] = "gemv"
+for m, n, k in ((2, 45, 1), (3, 1001, 131), (5, 4097, 4099), (9, 4 * 16 * sms + 3, 70), (16, 130, 4096)):
+    x = torch.randn(m, (k + 3) // 4 * 4, device="cuda")[:, :k]
+    b = torch.randn(n, device="cuda")
+    w = torch.randn(n, (k + 3) // 4 * 4, device="cuda")[:, :k]
+    assert f"{m} rows of A" in pygpukit_torch.kernel_info(x, w.t())
+    out = pygpukit_torch.linear_tf32(x, w, b, "gelu")
+    ref = F.gelu(F.linear(x.double(), w.double(), b.double()))
+    assert float((out.double() - ref).norm() / ref.norm()) < 1e-5, (m, n, k)
 # The Hopper path's stream-K last wave (its tiles' k-tiles spread over every
 # cluster, partial sums through the workspace): nn (SwapAB) and nt, the
 # latter with a fused epilogue, where the H200's schedule takes it.

@@ -1,6 +1,7 @@
-"""The single-row kernels: x[1, K] @ w[N, K].T (csrc/cuda/gemv.cu, x and w
+"""The GEMV kernels: x[1, K] @ w[N, K].T (csrc/cuda/gemv.cu, x and w
 K-major) and x[1, K] @ W[K, N] (csrc/cuda/gemv_rowmajor.cu, W row-major), in
-FP32 FMAs for every precision, with the weight 16-byte aligned. Values
+FP32 FMAs for every precision, with the weight 16-byte aligned; and, forced,
+2 to 16 rows of x on either layout (gemv_rows.cu, gemv_rowmajor.cu). Values
 against float64 with NaN-poisoned outputs over the edges of N and K and of
 every K-slice count, the fused epilogue of linear_tf32, special values, the
 automatic choice and its fallbacks, and bitwise determinism."""
@@ -318,43 +319,6 @@ def test_rowmajor_b_few_rows_batched_x():
     assert_matmul_close(out, x, w, precision="ieee")
 
 
-@pytest.mark.parametrize("activation", list(ACTIVATIONS))
-@pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("m,n,k", [(3, 70, 300), (16, 4097, 4099), (8, 5000, 33)])
-def test_rowmajor_b_few_rows_linear_epilogue(m, n, k, bias, activation):
-    """linear_tf32 on Conv1D's layout with a few rows: the epilogue on each
-    stored row, with and without K-splits."""
-    x, w_kn = rows(m, k), rows(k, n).div_(k ** 0.5)
-    weight = w_kn.mT
-    b = torch.randn(n, device="cuda") if bias else None
-    with pygpukit_torch.force_kernel("gemv"):
-        assert f"{m} rows of A" in kernel_info(x, w_kn)
-        poison_next_output((m, n), "cuda")
-        out = linear_tf32(x, weight, b, activation)
-    assert_linear_close(out, x, weight, b, activation, precision="ieee")
-
-
-@pytest.mark.parametrize("m", [2, 16])
-def test_rowmajor_b_few_rows_error_at_most_cublas_fp32(m):
-    torch.manual_seed(2)
-    x, w = torch.randn(m, 4096, device="cuda"), torch.randn(4096, 4096, device="cuda")
-    ref = matmul_reference(x, w)
-    with cublas_tf32(False):
-        cublas = rel_error(torch.matmul(x, w), ref)
-    with pygpukit_torch.force_kernel("gemv"):
-        assert "B read row by row" in kernel_info(x, w)
-        assert rel_error(matmul_tf32(x, w), ref) <= cublas
-
-
-def test_rowmajor_b_few_rows_deterministic_over_500_calls():
-    x, w, b = rows(16, 4099), rows(4099, 4097), torch.randn(4097, device="cuda")
-    with pygpukit_torch.force_kernel("gemv"):
-        assert splits_of_rowmajor(kernel_info(x, w)) > 1
-        first = linear_tf32(x, w.mT, b, "gelu")
-        for _ in range(500):
-            assert torch.equal(linear_tf32(x, w.mT, b, "gelu"), first)
-
-
 def test_rowmajor_b_few_rows_repeated_row_and_special_values():
     """One row of x expanded to 4 (row stride 0) gives 4 equal rows; NaN and
     infinities in W reach the same outputs as in torch, in every row."""
@@ -371,3 +335,115 @@ def test_rowmajor_b_few_rows_repeated_row_and_special_values():
     assert int(got.isnan().sum()) == 4 and int(got.isinf().sum()) == 8
     torch.testing.assert_close(got[got.isfinite()].double(), ref[ref.isfinite()], rtol=1e-5, atol=1e-5)
     assert all(torch.equal(got[i], got[0]) for i in range(1, 4))
+
+
+# A few rows of x on a K-major weight (F.linear's layout): gemv_rows.cu,
+# forced, not yet the automatic choice (the skinny kernel serves these rows).
+
+def slices_of_rows(info):
+    """The K-slice count that kernel_info reports for a few-rows gemv call."""
+    match = re.search(r"rows of A, \d+ weight rows per warp, (\d+) K-slices? per output", info)
+    assert match, info
+    return int(match.group(1))
+
+
+@pytest.mark.parametrize("m", FEW_ROWS)
+@pytest.mark.parametrize("n,k", [(4096, 4096), (1000, 63), (129, 4099), (3, 1), (131, 9), (8449, 260),
+                                 (300, 65536)])
+def test_kmajor_few_rows_forced(m, n, k):
+    """x @ w.T with 2-16 rows: each chunk of x feeds 4 weight rows, each
+    chunk of w all rows of x; rows of x past M in a CTA's 4, 8 or 16 and
+    weight rows past N are read, never stored (NaN-poisoned output); K
+    tails, 1 to 8 K-slices. FP32 for every precision, bitwise the same."""
+    x, w = rows(m, k), rows(n, k)
+    with pygpukit_torch.force_kernel("gemv"):
+        info = kernel_info(x, w.mT)
+        assert info.startswith(f"gemv, FP32 FMAs, {m} rows of A"), info
+        out = poisoned_matmul(x, w.mT)
+        assert_matmul_close(out, x, w.mT, precision="ieee")
+        assert rel_error(out, matmul_reference(x, w.mT)) < 1e-6
+        for precision in PRECISIONS:
+            torch.testing.assert_close(poisoned_matmul(x, w.mT, precision), out, rtol=0, atol=0)
+        assert kernel_info(x, w.mT, precision="tf32x3").startswith("FP32 (at least as accurate")
+
+
+def test_kmajor_few_rows_slice_counts():
+    """The fewest K-slices (1, 2, 4, 8) that give every SM 16 warps at 4
+    outputs per warp."""
+    x = rows(16, 260)
+    with pygpukit_torch.force_kernel("gemv"):
+        assert slices_of_rows(kernel_info(x, rows(4 * 16 * sms(), 260).mT)) == 1
+        assert slices_of_rows(kernel_info(x, rows(2 * 16 * sms(), 260).mT)) == 2
+        assert slices_of_rows(kernel_info(x, rows(129, 260).mT)) == 8
+
+
+def test_kmajor_few_rows_fallbacks():
+    """What the forced kernel cannot run goes to the automatic choice, with
+    correct values: 17 rows, rows of x not 16-byte aligned, a weight whose
+    rows are not."""
+    k, n = 300, 1000
+    w = rows(n, k)
+    cases = {"17 rows": (rows(17, k), w.mT),
+             "unaligned rows of x": (torch.randn(4, k + 1, device="cuda")[:, 1:], w.mT),
+             "unaligned weight rows": (rows(4, k), torch.randn(n, k + 1, device="cuda")[:, 1:].mT)}
+    with pygpukit_torch.force_kernel("gemv"):
+        for name, (a, b) in cases.items():
+            assert "rows of A" not in kernel_info(a, b), (name, kernel_info(a, b))
+            assert_matmul_close(poisoned_matmul(a, b), a, b)
+
+
+# Both few-rows kernels: the weight row-major (x @ W, gemv_rowmajor.cu) or
+# K-major (x @ w.T, gemv_rows.cu), forced.
+
+def few_rows_weight(layout, n, k):
+    """The B operand [k, n] of x @ B: W stored [k, n] (row-major) or the
+    transpose of w stored [n, k] (K-major); 16-byte aligned rows."""
+    return rows(k, n) if layout == "row-major" else rows(n, k).mT
+
+
+def few_rows_kernel_named(info, m):
+    return f"{m} rows of A" in info and ("B read row by row" in info or "weight rows per warp" in info)
+
+
+@pytest.mark.parametrize("layout", ["row-major", "K-major"])
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("m,n,k", [(3, 70, 300), (16, 4097, 4099), (8, 5000, 33)])
+def test_few_rows_linear_epilogue(m, n, k, bias, activation, layout):
+    """linear_tf32 with a few rows: the epilogue on each stored output, with
+    one K-split or K-slice and with several."""
+    weight = few_rows_weight(layout, n, k).div_(k ** 0.5).mT  # [n, k]
+    x = rows(m, k)
+    b = torch.randn(n, device="cuda") if bias else None
+    with pygpukit_torch.force_kernel("gemv"):
+        assert few_rows_kernel_named(kernel_info(x, weight.mT), m), kernel_info(x, weight.mT)
+        poison_next_output((m, n), "cuda")
+        out = linear_tf32(x, weight, b, activation)
+    assert_linear_close(out, x, weight, b, activation, precision="ieee")
+
+
+@pytest.mark.parametrize("layout", ["row-major", "K-major"])
+@pytest.mark.parametrize("m", [2, 16])
+def test_few_rows_error_at_most_cublas_fp32(m, layout):
+    """The bar for serving 3xTF32: no less accurate than cuBLAS FP32."""
+    torch.manual_seed(2)
+    x, w = torch.randn(m, 4096, device="cuda"), few_rows_weight(layout, 4096, 4096).normal_()
+    ref = matmul_reference(x, w)
+    with cublas_tf32(False):
+        cublas = rel_error(torch.matmul(x, w), ref)
+    with pygpukit_torch.force_kernel("gemv"):
+        assert few_rows_kernel_named(kernel_info(x, w), m), kernel_info(x, w)
+        assert rel_error(matmul_tf32(x, w), ref) <= cublas
+
+
+@pytest.mark.parametrize("layout", ["row-major", "K-major"])
+def test_few_rows_deterministic_over_500_calls(layout):
+    x, b = rows(16, 4099), torch.randn(4097, device="cuda")
+    w = few_rows_weight(layout, 4097, 4099)
+    with pygpukit_torch.force_kernel("gemv"):
+        info = kernel_info(x, w)
+        # Several K-splits or K-slices ("K-slices" in the plural):
+        assert few_rows_kernel_named(info, 16) and ("split-K" in info or "K-slices per output" in info), info
+        first = linear_tf32(x, w.mT, b, "gelu")
+        for _ in range(500):
+            assert torch.equal(linear_tf32(x, w.mT, b, "gelu"), first)

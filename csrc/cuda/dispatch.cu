@@ -11,6 +11,7 @@
 #include "fma_gemm.h"
 #include "gemm_problem.h"
 #include "gemv.h"
+#include "gemv_rows.h"
 #include "gemv_rowmajor.h"
 #include "mma_sync_config.h"
 #include "pack_kmajor.h"
@@ -52,7 +53,7 @@ enum class Kernel {
   kWgmmaLarge, kWgmmaLargeSwapAB, kWgmmaSquare, kWgmmaMedium, kWgmmaMediumSwapAB, kWgmmaNarrow,
   kWgmmaPromotedLarge, kWgmmaPromotedMedium,
   kMmaSyncLarge, kMmaSyncMedium, kMmaSyncSmall, kMmaSyncPromoted,
-  kSkinny, kSkinnyWide, kGemv, kGemvRowMajor,
+  kSkinny, kSkinnyWide, kGemv, kGemvRows, kGemvRowMajor,
   kFma
 };
 
@@ -221,6 +222,21 @@ Choice gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
   return {Kernel::kGemv, true, slices};
 }
 
+// Whether the few-rows GEMV can run `p` (gemv_rows.h): 2 to 16 rows of A,
+// and the operand requirements of the skinny kernel.
+bool gemv_rows_runs(const GemmProblem& p) { return p.M >= 2 && skinny_runs(p); }
+
+// The few-rows GEMV for `p` with its K-slices per output: the fewest that
+// give every SM 16 warps (2 CTAs of 8) at kWeightRows outputs per warp.
+constexpr int64_t kGemvRowsWarpsPerSm = 16;
+Choice gemv_rows_choice(const GemmProblem& p, const DeviceInfo& d) {
+  constexpr int kOutputsPerWarp = GemvRowsConfig<kGemvRowsMaxRows>::kWeightRows;
+  const int64_t warps = (p.N + kOutputsPerWarp - 1) / kOutputsPerWarp;
+  int slices = 1;
+  while (slices < kGemvRowsMaxSlices && warps * slices < kGemvRowsWarpsPerSm * d.sm_count) slices *= 2;
+  return {Kernel::kGemvRows, true, slices};
+}
+
 // The row-major GEMV for `p` with its K-splits: column blocks times splits
 // filling the SMs once at the CTAs per SM its kernel for M rows is built
 // for, every split at least one CTA step of rows. At N = K = 4096 on 132
@@ -327,11 +343,13 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   // forced. FP32 precision otherwise never uses tensor cores: the FMA kernel.
   const bool gemv = single_row_runs(p);
   if (gemv && (forced == "auto" || forced == "gemv")) return single_row_choice(p, d);
-  // Forced, the row-major GEMV also takes 2 to 16 rows of A. Not yet the
-  // automatic choice: written without a GPU at hand (session 9), it waits
-  // for its measurements against the SwapAB wgmma tile (TF32) and the staged
-  // 3xTF32 path that serve these rows now.
+  // Forced, 2 to 16 rows of A run on the CUDA cores too: the row-major
+  // GEMV, and the few-rows GEMV on a K-major weight. Not yet the automatic
+  // choice: written without a GPU at hand (session 9), they wait for their
+  // measurements against what serves these rows now (SwapAB wgmma and the
+  // skinny kernel for TF32; the staged path and skinny for 3xTF32).
   if (forced == "gemv" && gemv_rowmajor_runs(p)) return gemv_rowmajor_choice(p, d);
+  if (forced == "gemv" && gemv_rows_runs(p)) return gemv_rows_choice(p, d);
   if (precision == Precision::kIEEE) return {Kernel::kFma};
   const bool vec16 = aligned16(p.A, p.lda, p.batch_stride_a) &&
                      aligned16(p.B, p.ldb, p.batch_stride_b);
@@ -561,7 +579,7 @@ bool tf32x3_on_fma(const GemmProblem& p) {
 bool tf32x3_unstaged(const GemmProblem& p) {
   const Kernel k = choose(p, Precision::kTF32x3, device_info(current_device())).kernel;
   return k == Kernel::kSkinny || k == Kernel::kSkinnyWide || k == Kernel::kGemv ||
-         k == Kernel::kGemvRowMajor;
+         k == Kernel::kGemvRows || k == Kernel::kGemvRowMajor;
 }
 
 // Workspace, launch and name of what choose() picks for `p`; for kTF32x3,
@@ -609,6 +627,8 @@ cudaError_t run_chosen(const GemmProblem& p, Precision precision, void* workspac
                                 split3_in_registers, stream);
     case Kernel::kGemv:
       return launch_gemv(kmajor_view(p), c.splits, stream);
+    case Kernel::kGemvRows:
+      return launch_gemv_rows(kmajor_view(p), c.splits, stream);
     case Kernel::kGemvRowMajor:
       if (splitk_partials_bytes(c.splits, p.M, p.N) > workspace_bytes) return cudaErrorInvalidValue;
       return launch_gemv_rowmajor(p, c.splits, static_cast<float*>(workspace), stream);
@@ -655,6 +675,11 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
     case Kernel::kGemv:
       name = "gemv, FP32 FMAs, " + std::to_string(c.splits) + " K-slice" +
              (c.splits > 1 ? "s" : "") + " per output";
+      break;
+    case Kernel::kGemvRows:
+      name = "gemv, FP32 FMAs, " + std::to_string(p.M) + " rows of A, " +
+             std::to_string(GemvRowsConfig<kGemvRowsMaxRows>::kWeightRows) + " weight rows per warp, " +
+             std::to_string(c.splits) + " K-slice" + (c.splits > 1 ? "s" : "") + " per output";
       break;
     case Kernel::kGemvRowMajor:
       name = "gemv, FP32 FMAs, B read row by row, " +
@@ -709,7 +734,7 @@ std::string describe_gemm(const GemmProblem& p, Precision precision) {
     if (tf32x3_on_fma(p)) return "fma (3xTF32 without TF32 tensor cores: plain FP32)";
     if (tf32x3_unstaged(p)) {
       const Kernel k = choose(p, precision, device_info(current_device())).kernel;
-      const bool gemv = k == Kernel::kGemv || k == Kernel::kGemvRowMajor;
+      const bool gemv = k == Kernel::kGemv || k == Kernel::kGemvRows || k == Kernel::kGemvRowMajor;
       return (gemv ? "FP32 (at least as accurate as 3xTF32) on "
                    : "3xTF32 (A, B split into big and small TF32 parts in registers) on ") +
              describe_chosen(p, precision);
