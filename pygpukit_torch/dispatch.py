@@ -5,7 +5,7 @@ GPU, the shape, the layouts and the alignment. ``PYGPUKIT_KERNEL`` in the
 environment, read on every call, overrides that choice; :func:`force_kernel`
 sets it for the duration of a ``with`` block. A forced kernel that cannot run
 a given problem (``wgmma`` off Hopper, ``mma_sync_large`` with unaligned
-operands, ``skinny`` with more than 16 rows, ``gemv`` with more than one)
+operands, ``skinny`` or ``gemv`` with more than 16 rows)
 falls back to the automatic choice, and so does a value of ``PYGPUKIT_KERNEL`` that is not a kernel name;
 :func:`pygpukit_torch.kernel_info` tells what a call actually runs. CPU
 tensors always run the CPU emulation.

@@ -135,13 +135,15 @@ def test_forcing_and_fallbacks():
     torch.testing.assert_close(gemv, fma, rtol=1e-5, atol=1e-5 * float(fma.abs().max()))
     assert not torch.equal(gemv, fma)
     # What gemv cannot run falls back (forced or not), with correct values:
-    # two rows, a weight row that is not 16-byte aligned, a row-major B.
-    cases = {"two rows": (rows(2, 1000), w.mT),
+    # 17 rows, a weight row that is not 16-byte aligned, a row-major B; and
+    # unforced, two rows (which forced gemv runs: test_kmajor_few_rows_forced).
+    cases = {"17 rows": (rows(17, 1000), w.mT),
              "unaligned weight": (x, torch.randn(300 * 1000 + 1, device="cuda")[1:].view(300, 1000).mT),
              "unaligned row-major B": (x, torch.randn(1000, 301, device="cuda")[:, 1:])}
     for kernel in ("auto", "gemv"):
         with pygpukit_torch.force_kernel(kernel):
-            for name, (a, b) in cases.items():
+            kernel_cases = dict(cases, **({"two rows": (rows(2, 1000), w.mT)} if kernel == "auto" else {}))
+            for name, (a, b) in kernel_cases.items():
                 assert not kernel_info(a, b).startswith("gemv"), (name, kernel_info(a, b))
                 assert_matmul_close(poisoned_matmul(a, b), a, b)
 
@@ -369,12 +371,32 @@ def test_kmajor_few_rows_forced(m, n, k):
 
 def test_kmajor_few_rows_slice_counts():
     """The fewest K-slices (1, 2, 4, 8) that give every SM 16 warps at 4
-    outputs per warp."""
-    x = rows(16, 260)
+    outputs per warp; values right for each (a K tail in the last slice)."""
+    x = rows(5, 1030)
     with pygpukit_torch.force_kernel("gemv"):
-        assert slices_of_rows(kernel_info(x, rows(4 * 16 * sms(), 260).mT)) == 1
-        assert slices_of_rows(kernel_info(x, rows(2 * 16 * sms(), 260).mT)) == 2
-        assert slices_of_rows(kernel_info(x, rows(129, 260).mT)) == 8
+        for n, slices in ((4 * 16 * sms(), 1), (2 * 16 * sms() + 1, 2), (129, 8)):
+            w = rows(n, 1030)
+            assert slices_of_rows(kernel_info(x, w.mT)) == slices, (n, kernel_info(x, w.mT))
+            assert_matmul_close(poisoned_matmul(x, w.mT), x, w.mT, precision="ieee")
+
+
+def test_kmajor_few_rows_repeated_row_one_output_batched_x_special_values():
+    """x expanded from one row (row stride 0), one output (N = 1), a batch of
+    x folded into rows, and NaN / infinities in the weight as in torch."""
+    k = 300
+    w = rows(7, k)
+    w[1, 5], w[3, 7], w[6, 299] = float("nan"), float("inf"), float("-inf")
+    cases = {"expanded x": (torch.randn(1, k, device="cuda").expand(4, k), w.mT),
+             "one output": (rows(4, k), rows(1, k).mT),
+             "batched x": (torch.randn(2, 3, k, device="cuda"), w.mT)}
+    with pygpukit_torch.force_kernel("gemv"):
+        for name, (a, b) in cases.items():
+            assert "weight rows per warp" in kernel_info(a, b), (name, kernel_info(a, b))
+            got, ref = poisoned_matmul(a, b), torch.matmul(a.double(), b.double())
+            assert torch.equal(got.isnan(), ref.isnan()), name
+            assert torch.equal(got.isinf() & (got > 0), ref.isinf() & (ref > 0)), name
+            assert torch.equal(got.isinf() & (got < 0), ref.isinf() & (ref < 0)), name
+            torch.testing.assert_close(got[got.isfinite()].double(), ref[ref.isfinite()], rtol=1e-5, atol=1e-5)
 
 
 def test_kmajor_few_rows_fallbacks():
@@ -408,10 +430,10 @@ def few_rows_kernel_named(info, m):
 @pytest.mark.parametrize("layout", ["row-major", "K-major"])
 @pytest.mark.parametrize("activation", list(ACTIVATIONS))
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("m,n,k", [(3, 70, 300), (16, 4097, 4099), (8, 5000, 33)])
+@pytest.mark.parametrize("m,n,k", [(3, 70, 300), (16, 4097, 4099), (8, 5000, 33), (4, 9000, 64)])
 def test_few_rows_linear_epilogue(m, n, k, bias, activation, layout):
     """linear_tf32 with a few rows: the epilogue on each stored output, with
-    one K-split or K-slice and with several."""
+    one K-split or K-slice (N = 9000 on up to 140 SMs) and with several."""
     weight = few_rows_weight(layout, n, k).div_(k ** 0.5).mT  # [n, k]
     x = rows(m, k)
     b = torch.randn(n, device="cuda") if bias else None
@@ -438,8 +460,8 @@ def test_few_rows_error_at_most_cublas_fp32(m, layout):
 
 @pytest.mark.parametrize("layout", ["row-major", "K-major"])
 def test_few_rows_deterministic_over_500_calls(layout):
-    x, b = rows(16, 4099), torch.randn(4097, device="cuda")
-    w = few_rows_weight(layout, 4097, 4099)
+    x, b = rows(16, 4099), torch.randn(300, device="cuda")
+    w = few_rows_weight(layout, 300, 4099)
     with pygpukit_torch.force_kernel("gemv"):
         info = kernel_info(x, w)
         # Several K-splits or K-slices ("K-slices" in the plural):

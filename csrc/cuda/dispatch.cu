@@ -317,9 +317,8 @@ Choice skinny_choice(const GemmProblem& p, Precision precision, const DeviceInfo
 // wgmma_swap_ab where swap_ab_runs is false, large tile with unaligned
 // operands, too little shared memory, skinny with M > 16 or an operand that
 // is not K-major and 16-byte aligned, gemv with a weight neither K-major
-// nor row-major and 16-byte aligned, with M > 1 on a K-major weight, with
-// M > 16, a batch, or rows of A not 16-byte aligned on a row-major one)
-// falls back to the automatic
+// nor row-major and 16-byte aligned, or with M > 16, a batch, or (M > 1)
+// rows of A not 16-byte aligned) falls back to the automatic
 // choice rather than fail; so does a name that is none of these (a typo
 // must not quietly turn the Hopper path off). With precision "ieee", any
 // forced kernel but gemv runs the FMA one.
