@@ -227,13 +227,14 @@ Choice gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
 bool gemv_rows_runs(const GemmProblem& p) { return p.M >= 2 && skinny_runs(p); }
 
 // The few-rows GEMV for `p` with its K-slices per output: the fewest that
-// give every SM 16 warps (2 CTAs of 8) at kWeightRows outputs per warp.
-constexpr int64_t kGemvRowsWarpsPerSm = 16;
+// give every SM the warps its CTAs are built for (2 CTAs of 8) at
+// kWeightRows outputs per warp.
 Choice gemv_rows_choice(const GemmProblem& p, const DeviceInfo& d) {
-  constexpr int kOutputsPerWarp = GemvRowsConfig<kGemvRowsMaxRows>::kWeightRows;
-  const int64_t warps = (p.N + kOutputsPerWarp - 1) / kOutputsPerWarp;
+  using Cfg = GemvRowsConfig<kGemvRowsMaxRows>;  // every kRows: the same warps and outputs
+  const int64_t warps = (p.N + Cfg::kWeightRows - 1) / Cfg::kWeightRows;
+  const int64_t warps_per_sm = int64_t{Cfg::kMinCtasPerSm} * Cfg::kWarps;
   int slices = 1;
-  while (slices < kGemvRowsMaxSlices && warps * slices < kGemvRowsWarpsPerSm * d.sm_count) slices *= 2;
+  while (slices < kGemvRowsMaxSlices && warps * slices < warps_per_sm * d.sm_count) slices *= 2;
   return {Kernel::kGemvRows, true, slices};
 }
 
@@ -677,7 +678,8 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
       break;
     case Kernel::kGemvRows:
       name = "gemv, FP32 FMAs, " + std::to_string(p.M) + " rows of A, " +
-             std::to_string(GemvRowsConfig<kGemvRowsMaxRows>::kWeightRows) + " weight rows per warp, " +
+             std::to_string(GemvRowsConfig<kGemvRowsMaxRows>::kWeightRows) +
+             " weight rows per warp, " +
              std::to_string(c.splits) + " K-slice" + (c.splits > 1 ? "s" : "") + " per output";
       break;
     case Kernel::kGemvRowMajor:
