@@ -11,6 +11,9 @@ namespace pygpukit {
 LinearShapes check_linear_args(const at::Tensor& x, const at::Tensor& weight,
                                const std::optional<at::Tensor>& bias) {
   const at::Tensor* b = bias.has_value() ? &*bias : nullptr;
+  // The schema takes None for an undefined tensor.
+  TORCH_CHECK(x.defined() && weight.defined(), "linear_tf32: expected tensors, got None for ",
+              x.defined() ? "weight" : "x");
   TORCH_CHECK(x.dim() >= 1, "linear_tf32: x needs at least 1 dimension, got a 0-d tensor");
   TORCH_CHECK(weight.dim() == 2,
               "linear_tf32: expected weight of shape [out_features, in_features], got shape ",

@@ -12,6 +12,9 @@
 namespace pygpukit {
 
 MatmulShapes check_matmul_args(const at::Tensor& a, const at::Tensor& b) {
+  // The schema takes None for an undefined tensor.
+  TORCH_CHECK(a.defined() && b.defined(), "matmul_tf32: expected tensors, got None for ",
+              a.defined() ? "b" : "a");
   TORCH_CHECK(a.dim() >= 1 && b.dim() >= 1,
               "matmul_tf32: both arguments need at least 1 dimension, got a.dim() = ", num(a.dim()),
               " and b.dim() = ", num(b.dim()));

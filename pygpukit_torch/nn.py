@@ -305,6 +305,7 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
                     # the very same module back into this slot (one shared
                     # Linear may be fused in several places).
                     identity = nn.Identity()
+                    identity.train(act_module.training)  # as in the module it replaces
                     identity.__dict__["_unfused_activation"] = act_module
                     setattr(module, next_name, identity)
                     report.fused.append((child_fqn, activation))

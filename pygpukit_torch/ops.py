@@ -23,14 +23,25 @@ PRECISIONS = ("tf32", "tf32x3", "ieee")
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
 
-def _check_wrapper_args(op: str, precision, **tensors) -> None:
+def _check_wrapper_args(op: str, precision, optional=(), **tensors) -> None:
     """What the op's schema would reject with a message that does not name
-    the problem: a sparse (or other non-strided) tensor fails in the
-    dispatcher ("Could not run ... with arguments from the 'SparseCPU'
-    backend"), a non-string precision in the schema's type check."""
+    the problem: None or a non-tensor where a tensor belongs (the schema
+    takes None for an undefined tensor), a sparse (or other non-strided),
+    nested or quantized tensor (they fail in the dispatcher: "Could not run
+    ... with arguments from the 'SparseCPU' backend"), a non-string
+    precision (the schema's type check). `optional`: the names that may be
+    None."""
     for name, t in tensors.items():
-        if isinstance(t, torch.Tensor) and t.layout != torch.strided:
+        if t is None and name in optional:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: expected {name} to be a torch.Tensor, got {type(t).__name__}")
+        if t.is_nested:
+            raise RuntimeError(f"{op}: nested tensors are not supported, got a nested tensor for {name}")
+        if t.layout != torch.strided:
             raise RuntimeError(f"{op}: expected dense (strided) tensors, got {name} with layout {t.layout}")
+        if t.is_quantized:
+            raise RuntimeError(f"{op}: expected float32 tensors, got {name} quantized as {t.dtype}")
     if precision is not None and not isinstance(precision, str):
         raise TypeError(f"{op}: precision must be one of {', '.join(map(repr, PRECISIONS))} or None, "
                         f"got {type(precision).__name__} {precision!r}")
@@ -107,8 +118,9 @@ def kernel_info(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
     the compiled function.
 
     Raises:
-        RuntimeError, ValueError: as :func:`matmul_tf32` for the same arguments.
+        RuntimeError, ValueError, TypeError: as :func:`matmul_tf32` for the same arguments.
     """
+    _check_wrapper_args("kernel_info", precision, a=a, b=b)
     return torch.ops.pygpukit.matmul_kernel_info.default(a, b, precision=precision)
 
 
@@ -124,7 +136,8 @@ def _matmul_shape(a: torch.Tensor, b: torch.Tensor) -> list:
     k_b = b.shape[0] if b.dim() == 1 else b.shape[-2]
     torch._check(a.shape[-1] == k_b,
                  lambda: f"matmul_tf32: shapes cannot be multiplied: a has shape {list(a.shape)} and b has shape "
-                         f"{list(b.shape)}")
+                         f"{list(b.shape)} (a.size(-1) = {a.shape[-1]} but b.size({0 if b.dim() == 1 else -2}) = "
+                         f"{k_b})")
     # Broadcast the batch dimensions, aligned from the right, as check_matmul_args
     # does (torch.broadcast_shapes' own error would name neither the op nor a and b).
     n_batch = max(a.dim() - 2, b.dim() - 2, 0)
@@ -195,7 +208,7 @@ def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
         ValueError: an unknown ``activation`` or ``precision``.
         TypeError: a ``precision`` that is not a string or None.
     """
-    _check_wrapper_args("linear_tf32", precision, x=x, weight=weight, bias=bias)
+    _check_wrapper_args("linear_tf32", precision, optional=("bias",), x=x, weight=weight, bias=bias)
     return torch.ops.pygpukit.linear_tf32.default(x, weight, bias, activation, precision=precision)
 
 

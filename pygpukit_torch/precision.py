@@ -19,7 +19,7 @@ so instead and points to the ``precision=`` argument.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import Iterator, Optional
 
 from ._env import environment_variable
 from .ops import PRECISIONS
@@ -28,12 +28,15 @@ _ENV = "PYGPUKIT_PRECISION"
 
 
 @contextlib.contextmanager
-def default_precision(precision: str) -> Iterator[None]:
+def default_precision(precision: Optional[str]) -> Iterator[None]:
     """Run pygpukit operators called without ``precision`` at ``precision``.
 
     Args:
         precision: ``"tf32"``, ``"tf32x3"`` or ``"ieee"`` (see
-            :func:`pygpukit_torch.matmul_tf32`).
+            :func:`pygpukit_torch.matmul_tf32`); ``None``, as for the
+            operators' own argument, keeps the default in force (the block
+            changes nothing), so ``with default_precision(args.precision):``
+            works when no precision was given.
 
     Raises:
         ValueError: an unknown precision.
@@ -48,6 +51,9 @@ def default_precision(precision: str) -> Iterator[None]:
     for concurrent use from several threads. Backward passes run after the
     block use the precision in force when they run.
     """
+    if precision is None:
+        yield
+        return
     if precision not in PRECISIONS:
         raise ValueError(f"default_precision: unknown precision {precision!r}; expected one of "
                          f"{', '.join(PRECISIONS)}")

@@ -2,10 +2,12 @@
 (the fake implementation torch.compile traces with) as on real ones."""
 
 import re
+import warnings
 
 import pytest
 import torch
 
+import pygpukit_torch
 from pygpukit_torch import linear_tf32, matmul_tf32
 from conftest import DEVICES, requires_cuda, requires_two_gpus
 
@@ -90,6 +92,42 @@ def test_sparse_operand():
         matmul_tf32(a, torch.ones(3, 3))
     with pytest.raises(RuntimeError, match="got weight with layout torch.sparse_coo"):
         linear_tf32(torch.ones(2, 3), a)
+
+
+def test_sparse_operand_to_kernel_info_and_nested_operands():
+    a = torch.eye(3)
+    with pytest.raises(RuntimeError, match="kernel_info: expected dense \\(strided\\) tensors, got b with layout"):
+        pygpukit_torch.kernel_info(a, a.to_sparse())
+    nested = torch.nested.nested_tensor([torch.ones(2, 3), torch.ones(4, 3)])
+    with pytest.raises(RuntimeError, match="matmul_tf32: nested tensors are not supported, got a nested tensor for a"):
+        matmul_tf32(nested, torch.ones(3, 3))
+
+
+def test_quantized_operand():
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # deprecated in torch 2.15, to be removed
+            quantized = torch.quantize_per_tensor(torch.eye(3), 0.1, 0, torch.qint8)
+    except (AttributeError, RuntimeError) as e:
+        pytest.skip(f"this torch has no quantized tensors: {e}")
+    with pytest.raises(RuntimeError, match="linear_tf32: expected float32 tensors, got weight quantized as torch.qint8"):
+        linear_tf32(torch.ones(2, 3), quantized)
+
+
+def test_none_for_a_tensor():
+    a = torch.ones(2, 2)
+    with pytest.raises(TypeError, match="matmul_tf32: expected b to be a torch.Tensor, got NoneType"):
+        matmul_tf32(a, None)
+    with pytest.raises(TypeError, match="linear_tf32: expected weight to be a torch.Tensor, got NoneType"):
+        linear_tf32(a, None)
+    with pytest.raises(TypeError, match="kernel_info: expected a to be a torch.Tensor, got list"):
+        pygpukit_torch.kernel_info([[1.0]], a)
+    # The raw operators take None as an undefined tensor: named too.
+    with pytest.raises(RuntimeError, match="matmul_tf32: expected tensors, got None for b"):
+        torch.ops.pygpukit.matmul_tf32(a, None)
+    with pytest.raises(RuntimeError, match="linear_tf32: expected tensors, got None for weight"):
+        torch.ops.pygpukit.linear_tf32(a, None)
+    assert torch.equal(linear_tf32(a, a, None), a @ a)  # a None bias is no bias
 
 
 def test_precision_of_another_type():

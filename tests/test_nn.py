@@ -205,6 +205,7 @@ def test_activation_fusion(device):
     assert [m.activation for m in model if isinstance(m, TF32Linear)] == ["relu", "gelu", "gelu_tanh", "silu",
                                                                           "none", "none"]
     assert all(type(model[i]) is nn.Identity for i in (1, 3, 5, 7))
+    assert not any(m.training for m in model.modules())  # the Identities keep eval mode
     assert type(model[10]) is nn.ReLU  # a Dropout in between: not fused
     assert rel_error(model(x), ref) < TF32_MODEL_TOLERANCE
     unswap_linear_(model)

@@ -169,6 +169,13 @@ def test_default_precision_context_manager(device):
     with pytest.raises(ValueError, match="unknown precision 'fp64'"):
         with pygpukit_torch.default_precision("fp64"):
             pass
+    # None, as for the operators' argument: the default in force stays.
+    with pygpukit_torch.default_precision("tf32x3"):
+        with pygpukit_torch.default_precision(None):
+            assert rel_error(matmul_tf32(a, b), ref) < 2e-6
+    with pygpukit_torch.default_precision(None):
+        assert rel_error(matmul_tf32(a, b), ref) > 2e-6
+    assert "PYGPUKIT_PRECISION" not in os.environ
 
 
 def test_default_precision_and_torch_compile():
