@@ -71,6 +71,11 @@ bool is_wgmma(Kernel k) {
          k == Kernel::kWgmmaPromotedLarge || k == Kernel::kWgmmaPromotedMedium;
 }
 
+// The FP32 GEMVs (CUDA cores, any precision).
+bool is_gemv(Kernel k) {
+  return k == Kernel::kGemv || k == Kernel::kGemvRows || k == Kernel::kGemvRowMajor;
+}
+
 // 16-byte cp.async needs every chunk start 16-byte aligned: the base pointer,
 // the leading dimension and the batch stride (in floats) all multiples of 4.
 bool aligned16(const float* ptr, int64_t ld, int64_t batch_stride) {
@@ -245,7 +250,7 @@ Choice gemv_rows_choice(const GemmProblem& p, const DeviceInfo& d) {
 // 14336: 112 x 4.
 Choice gemv_rowmajor_choice(const GemmProblem& p, const DeviceInfo& d) {
   using Cfg = GemvRowMajorShape;
-  const int64_t wave = int64_t{gemv_rowmajor_ctas_per_sm(gemv_rowmajor_rows(p.M))} * d.sm_count;
+  const int64_t wave = int64_t{gemv_rowmajor_ctas_per_sm(rows_per_cta(p.M))} * d.sm_count;
   const int64_t wanted = std::max<int64_t>(
       std::min<int64_t>({wave / Cfg::col_blocks(p.N), p.K / Cfg::kRowsPerStep,
                          kGemvRowMajorMaxSplits}),
@@ -578,8 +583,7 @@ bool tf32x3_on_fma(const GemmProblem& p) {
 // registers, the GEMV computes in FP32, at least as accurate as 3xTF32.
 bool tf32x3_unstaged(const GemmProblem& p) {
   const Kernel k = choose(p, Precision::kTF32x3, device_info(current_device())).kernel;
-  return k == Kernel::kSkinny || k == Kernel::kSkinnyWide || k == Kernel::kGemv ||
-         k == Kernel::kGemvRows || k == Kernel::kGemvRowMajor;
+  return k == Kernel::kSkinny || k == Kernel::kSkinnyWide || is_gemv(k);
 }
 
 // Workspace, launch and name of what choose() picks for `p`; for kTF32x3,
@@ -734,8 +738,7 @@ std::string describe_gemm(const GemmProblem& p, Precision precision) {
   if (precision == Precision::kTF32x3) {
     if (tf32x3_on_fma(p)) return "fma (3xTF32 without TF32 tensor cores: plain FP32)";
     if (tf32x3_unstaged(p)) {
-      const Kernel k = choose(p, precision, device_info(current_device())).kernel;
-      const bool gemv = k == Kernel::kGemv || k == Kernel::kGemvRows || k == Kernel::kGemvRowMajor;
+      const bool gemv = is_gemv(choose(p, precision, device_info(current_device())).kernel);
       return (gemv ? "FP32 (at least as accurate as 3xTF32) on "
                    : "3xTF32 (A, B split into big and small TF32 parts in registers) on ") +
              describe_chosen(p, precision);

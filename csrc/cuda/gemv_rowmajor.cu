@@ -22,19 +22,17 @@ constexpr int kChains = kRows == 1 ? 2 : 1;
 template <int kRows>
 using Accumulators = float4[kRows][kChains<kRows>];
 
+// a + b for each of the four columns.
+__device__ __forceinline__ float4 plus(float4 a, float4 b) {
+  return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+
 // acc.e += x * w.e for the four columns e of the chunk.
 __device__ __forceinline__ void fma_row(float4& acc, float x, uint4 w) {
   acc.x = fmaf(x, __uint_as_float(w.x), acc.x);
   acc.y = fmaf(x, __uint_as_float(w.y), acc.y);
   acc.z = fmaf(x, __uint_as_float(w.z), acc.z);
   acc.w = fmaf(x, __uint_as_float(w.w), acc.w);
-}
-
-// From `x`, in row m of A, to the same column of row m + 1; the rows past M
-// that fill a CTA's kRows repeat row M - 1 (computed, never stored), so the
-// mainloop needs no predicates.
-__device__ __forceinline__ const float* next_a_row(const GemmProblem& p, const float* x, int m) {
-  return m + 1 < p.M ? x + p.lda : x;
 }
 
 // acc += A's rows times this lane's chunk of B over the groups of
@@ -88,8 +86,7 @@ __device__ __forceinline__ int64_t accumulate_whole_groups(const GemmProblem& p,
           fma_row(group, x.z, wv[j + 2]);
           fma_row(group, x.w, wv[j + 3]);
         }
-        acc[m][0] = make_float4(acc[m][0].x + group.x, acc[m][0].y + group.y,
-                                acc[m][0].z + group.z, acc[m][0].w + group.w);
+        acc[m][0] = plus(acc[m][0], group);
       }
     }
   }
@@ -156,8 +153,7 @@ __global__ void __launch_bounds__(GemvRowMajorConfig<kRows>::kThreads,
     if (m == stored_rows) break;
     float4 sum = acc[m][0];
     if constexpr (kChains<kRows> == 2)
-      sum = make_float4(sum.x + acc[m][1].x, sum.y + acc[m][1].y, sum.z + acc[m][1].z,
-                        sum.w + acc[m][1].w);
+      sum = plus(sum, acc[m][1]);
     if (m > 0) __syncthreads();  // row m - 1's sums are read
     reinterpret_cast<float4*>(warp_sums[warp])[lane] = sum;
     __syncthreads();
@@ -193,7 +189,7 @@ cudaError_t launch_gemv_rowmajor(const GemmProblem& p, int splits, float* partia
     return cudaErrorInvalidValue;
   const bool a_aligned = reinterpret_cast<uintptr_t>(p.A) % 16 == 0 && p.lda % 4 == 0;
   if (p.M > 1 && !a_aligned) return cudaErrorInvalidValue;
-  switch (gemv_rowmajor_rows(p.M)) {
+  switch (rows_per_cta(p.M)) {
     case 1: return launch_rows<1>(p, splits, partials, stream);
     case 2: return launch_rows<2>(p, splits, partials, stream);
     case 4: return launch_rows<4>(p, splits, partials, stream);

@@ -9,9 +9,13 @@
 
 #include <cstdint>
 
+#include "few_rows.cuh"
 #include "gemm_problem.h"
 
 namespace pygpukit {
+
+// CTAs per SM that the kernel for kRows rows of A is built for (below).
+constexpr int gemv_rowmajor_ctas_per_sm(int kRows) { return kRows <= 2 ? 4 : kRows == 4 ? 3 : 2; }
 
 // A CTA owns kCols adjacent columns of C for kRows rows of A: its 32 lanes
 // read 4 columns each (16-byte loads), so every load instruction of a warp
@@ -23,16 +27,10 @@ namespace pygpukit {
 // broadcast to the warp from L1. K is cut into splits (grid.y) when the
 // column blocks alone leave SMs idle; their partial sums go through
 // splitk_reduce (fixed order, deterministic).
-// The rows of A per CTA that the launch takes for M rows (1 <= M <= 16):
-// the fewest of 1, 2, 4, 8, 16 that cover M.
-constexpr int gemv_rowmajor_rows(int64_t M) { return M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : M <= 8 ? 8 : 16; }
-// CTAs per SM that the kernel for kRows rows of A is built for (below).
-constexpr int gemv_rowmajor_ctas_per_sm(int kRows) { return kRows <= 2 ? 4 : kRows == 4 ? 3 : 2; }
-
 template <int kRows_>
 struct GemvRowMajorConfig {
   // Rows of A per CTA, all sharing each load of B: 1, 2, 4, 8 or 16
-  // (gemv_rowmajor_rows); rows past M repeat row M - 1 and are not stored
+  // (rows_per_cta); rows past M repeat row M - 1 and are not stored
   // (no predicates in the mainloop).
   static constexpr int kRows = kRows_;
   static constexpr int kWarps = 8;
@@ -72,7 +70,7 @@ using GemvRowMajorShape = GemvRowMajorConfig<1>;
 // (splits, M, N) bytes. Returns cudaErrorInvalidValue for M or a splits
 // count out of range, or, for M > 1, A not 16-byte aligned.
 constexpr int kGemvRowMajorMaxRows = 16;
-static_assert(gemv_rowmajor_rows(kGemvRowMajorMaxRows) == kGemvRowMajorMaxRows,
+static_assert(rows_per_cta(kGemvRowMajorMaxRows) == kGemvRowMajorMaxRows,
               "the largest M has its own rows per CTA");
 constexpr int kGemvRowMajorMaxSplits = 32;
 cudaError_t launch_gemv_rowmajor(const GemmProblem& problem, int splits, float* partials,

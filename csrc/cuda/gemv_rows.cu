@@ -21,12 +21,6 @@ __device__ __forceinline__ float dot_chunk(float sum, uint4 x, uint4 w) {
   return fmaf(__uint_as_float(x.w), __uint_as_float(w.w), sum);
 }
 
-// From `x`, in row m of A, to the same column of row m + 1; rows past M
-// repeat row M - 1.
-__device__ __forceinline__ const float* next_a_row(const GemmProblem& p, const float* x, int m) {
-  return m + 1 < p.M ? x + p.lda : x;
-}
-
 // One step of the warp from k0: this lane's kChunks chunks of each weight
 // row (`w[r]` at the lane's column), then, row by row of A, its chunks and
 // the 4 x kChunks products per weight row summed on their own and added to
@@ -146,8 +140,8 @@ cudaError_t launch_gemv_rows(const GemmProblem& p, int slices, cudaStream_t stre
   const bool power_of_two = slices > 0 && (slices & (slices - 1)) == 0;
   if (!power_of_two || slices > kGemvRowsMaxSlices || p.M < 2 || p.M > kGemvRowsMaxRows)
     return cudaErrorInvalidValue;
-  static_assert(gemv_rows_rows(kGemvRowsMaxRows) == kGemvRowsMaxRows, "the largest M has its own rows");
-  switch (gemv_rows_rows(p.M)) {
+  static_assert(rows_per_cta(kGemvRowsMaxRows) == kGemvRowsMaxRows, "the largest M has its own rows");
+  switch (rows_per_cta(p.M)) {
     case 2: return launch_rows<2>(p, slices, stream);
     case 4: return launch_rows<4>(p, slices, stream);
     case 8: return launch_rows<8>(p, slices, stream);

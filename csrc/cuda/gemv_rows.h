@@ -9,13 +9,10 @@
 
 #include <cstdint>
 
+#include "few_rows.cuh"
 #include "gemm_problem.h"
 
 namespace pygpukit {
-
-// The rows of A per CTA that the launch takes for M rows (2 <= M <= 16):
-// the fewest of 2, 4, 8, 16 that cover M.
-constexpr int gemv_rows_rows(int64_t M) { return M <= 2 ? 2 : M <= 4 ? 4 : M <= 8 ? 8 : 16; }
 
 // A warp computes kWeightRows adjacent outputs n for all kRows rows of A
 // over one K-slice: its lanes read 16-byte chunks side by side along K (512
@@ -28,7 +25,7 @@ constexpr int gemv_rows_rows(int64_t M) { return M <= 2 ? 2 : M <= 4 ? 4 : M <= 
 // weight rows; the slices' sums are added in shared memory.
 template <int kRows_>
 struct GemvRowsConfig {
-  static constexpr int kRows = kRows_;  // 2, 4, 8 or 16 (gemv_rows_rows)
+  static constexpr int kRows = kRows_;  // 2, 4, 8 or 16 (rows_per_cta)
   static constexpr int kWeightRows = 4;
   static constexpr int kWarps = 8;
   static constexpr int kThreads = 32 * kWarps;

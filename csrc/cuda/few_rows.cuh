@@ -1,0 +1,23 @@
+// What the FP32 kernels for a few rows of A share (gemv_rowmajor.cu,
+// gemv_rows.cu): how many rows of A a CTA computes for M, and the walk down
+// A's rows that fills those past M.
+#pragma once
+
+#include <cstdint>
+
+#include "gemm_problem.h"
+
+namespace pygpukit {
+
+// Rows of A per CTA for M rows (1 <= M <= 16): the fewest of 1, 2, 4, 8, 16
+// that cover M. Each is its own kernel instantiation.
+constexpr int rows_per_cta(int64_t M) { return M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : M <= 8 ? 8 : 16; }
+
+// From `x`, in row m of A, to the same column of row m + 1; the rows past M
+// that fill a CTA's rows repeat row M - 1 (computed, never stored), so the
+// mainloops need no predicates.
+__device__ __forceinline__ const float* next_a_row(const GemmProblem& p, const float* x, int m) {
+  return m + 1 < p.M ? x + p.lda : x;
+}
+
+}  // namespace pygpukit
