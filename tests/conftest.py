@@ -1,5 +1,6 @@
 """Shared helpers: devices to run on, the accuracy bounds, poisoned outputs."""
 
+import inspect
 import math
 
 import pytest
@@ -152,3 +153,24 @@ def assert_linear_close(out, x, weight, bias, activation: str = "none", precisio
                 + 2.0 ** -20 * linear_reference(x, weight, bias).abs())
 
     assert_within(out, linear_reference(x, weight, bias, activation), bound)
+
+
+# opcheck's tolerance (atol, rtol) for outputs and gradients by precision.
+# Eager mode and AOTDispatcher may hand the same product to the op in other
+# layouts (a gradient's strides, say), and the dispatcher's choice depends on
+# layout: at a few rows a TF32 product runs the FP32 GEMV in one layout and a
+# TF32 tensor-core kernel in another, so the two agree to TF32's rounding
+# (~1e-3 of each term; |terms| <= ~5 for these randn inputs), not float32's
+# default 1.3e-6. A wrong formula is off by O(1) and still fails.
+OPCHECK_TOLERANCE = {"tf32": (5e-3, 2e-3), "tf32x3": (1e-5, 1e-5), "ieee": (None, None)}
+
+
+def opcheck(op, args, kwargs=None):
+    """torch.library.opcheck at the tolerance of the call's precision (the
+    default "tf32" unless kwargs name another); torch releases whose opcheck
+    takes no tolerance use its default."""
+    atol, rtol = OPCHECK_TOLERANCE[(kwargs or {}).get("precision") or "tf32"]
+    if "atol" not in inspect.signature(torch.library.opcheck).parameters:
+        atol = rtol = None
+    tolerance = {} if atol is None else {"atol": atol, "rtol": rtol}
+    torch.library.opcheck(op, args, kwargs, **tolerance)

@@ -10,7 +10,7 @@ import torch
 
 import pygpukit_torch
 from pygpukit_torch import matmul_tf32
-from conftest import DEVICES, HAS_CUDA, rel_error, requires_cuda
+from conftest import DEVICES, HAS_CUDA, opcheck, rel_error, requires_cuda
 
 SHAPE_PAIRS = [((5,), (5,)), ((5,), (5, 3)), ((4, 5), (5,)), ((4, 5), (5, 3)), ((3, 4, 5), (5, 6)),
                ((4, 5), (3, 5, 6)), ((2, 1, 4, 5), (3, 5, 6)), ((3, 4, 5), (5,))]
@@ -68,8 +68,8 @@ def test_saves_only_what_backward_needs(device):
 @pytest.mark.parametrize("requires_grad", [False, True])
 def test_opcheck(device, requires_grad):
     for a, b in sample_inputs(device, requires_grad):
-        torch.library.opcheck(torch.ops.pygpukit.matmul_tf32.default, (a, b))
-        torch.library.opcheck(torch.ops.pygpukit.matmul_tf32.default, (a, b), {"precision": "ieee"})
+        opcheck(torch.ops.pygpukit.matmul_tf32.default, (a, b))
+        opcheck(torch.ops.pygpukit.matmul_tf32.default, (a, b), {"precision": "ieee"})
 
 
 @pytest.mark.parametrize("device", DEVICES)

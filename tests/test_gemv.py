@@ -1,7 +1,8 @@
 """The GEMV kernels: x[1, K] @ w[N, K].T (csrc/cuda/gemv.cu, x and w
 K-major) and x[1, K] @ W[K, N] (csrc/cuda/gemv_rowmajor.cu, W row-major), in
-FP32 FMAs for every precision, with the weight 16-byte aligned; and, forced,
-2 to 16 rows of x on either layout (gemv_rows.cu, gemv_rowmajor.cu). Values
+FP32 FMAs for every precision, with the weight 16-byte aligned; and 2 to
+16 rows of x on either layout (gemv_rows.cu, gemv_rowmajor.cu), forced and
+where the automatic choice takes them. Values
 against float64 with NaN-poisoned outputs over the edges of N and K and of
 every K-slice count, the fused epilogue of linear_tf32, special values, the
 automatic choice and its fallbacks, and bitwise determinism."""
@@ -135,15 +136,13 @@ def test_forcing_and_fallbacks():
     torch.testing.assert_close(gemv, fma, rtol=1e-5, atol=1e-5 * float(fma.abs().max()))
     assert not torch.equal(gemv, fma)
     # What gemv cannot run falls back (forced or not), with correct values:
-    # 17 rows, a weight row that is not 16-byte aligned, a row-major B; and
-    # unforced, two rows (which forced gemv runs: test_kmajor_few_rows_forced).
+    # 17 rows, a weight row that is not 16-byte aligned, a row-major B.
     cases = {"17 rows": (rows(17, 1000), w.mT),
              "unaligned weight": (x, torch.randn(300 * 1000 + 1, device="cuda")[1:].view(300, 1000).mT),
              "unaligned row-major B": (x, torch.randn(1000, 301, device="cuda")[:, 1:])}
     for kernel in ("auto", "gemv"):
         with pygpukit_torch.force_kernel(kernel):
-            kernel_cases = dict(cases, **({"two rows": (rows(2, 1000), w.mT)} if kernel == "auto" else {}))
-            for name, (a, b) in kernel_cases.items():
+            for name, (a, b) in cases.items():
                 assert not kernel_info(a, b).startswith("gemv"), (name, kernel_info(a, b))
                 assert_matmul_close(poisoned_matmul(a, b), a, b)
 
@@ -336,7 +335,8 @@ def test_rowmajor_b_few_rows_repeated_row_and_special_values():
     assert torch.equal(got.isinf() & (got < 0), ref.isinf() & (ref < 0))
     assert int(got.isnan().sum()) == 4 and int(got.isinf().sum()) == 8
     torch.testing.assert_close(got[got.isfinite()].double(), ref[ref.isfinite()], rtol=1e-5, atol=1e-5)
-    assert all(torch.equal(got[i], got[0]) for i in range(1, 4))
+    # NaN != NaN: compare with the NaNs (checked equal above) zeroed.
+    assert all(torch.equal(got[i].nan_to_num(0.0), got[0].nan_to_num(0.0)) for i in range(1, 4))
 
 
 # A few rows of x on a K-major weight (F.linear's layout): gemv_rows.cu,
@@ -415,7 +415,7 @@ def test_kmajor_few_rows_fallbacks():
 
 
 # Both few-rows kernels: the weight row-major (x @ W, gemv_rowmajor.cu) or
-# K-major (x @ w.T, gemv_rows.cu), forced.
+# K-major (x @ w.T, gemv_rows.cu), forced or chosen.
 
 def few_rows_weight(layout, n, k):
     """The B operand [k, n] of x @ B: W stored [k, n] (row-major) or the
@@ -442,6 +442,41 @@ def test_few_rows_linear_epilogue(m, n, k, bias, activation, layout):
         poison_next_output((m, n), "cuda")
         out = linear_tf32(x, weight, b, activation)
     assert_linear_close(out, x, weight, b, activation, precision="ieee")
+
+
+# The largest M at which the automatic choice takes the few-rows GEMV
+# (dispatch.cu, few_rows_gemv_max_m), by weight layout and precision.
+AUTO_MAX_M = {("row-major", "tf32"): 8, ("row-major", "tf32x3"): 16, ("row-major", "ieee"): 16,
+              ("K-major", "tf32"): 4, ("K-major", "tf32x3"): 8, ("K-major", "ieee"): 8}
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("layout", ["row-major", "K-major"])
+def test_few_rows_automatic_choice(layout, precision):
+    """Unforced, the GEMVs serve 2 rows up to their limit, each rows-per-CTA
+    tier in it, and not one row past it; the values are FP32's when they do
+    and those of the precision when not."""
+    limit = AUTO_MAX_M[layout, precision]
+    w = few_rows_weight(layout, 1000, 300)
+    for m in sorted({2, 3, limit // 2 + 1, limit, limit + 1}):
+        x = rows(m, 300)
+        info = kernel_info(x, w, precision=precision)
+        chosen = few_rows_kernel_named(info, m)
+        assert chosen == (m <= limit), (m, info)
+        out = poisoned_matmul(x, w, precision)
+        assert_matmul_close(out, x, w, precision="ieee" if chosen else precision)
+        if chosen:
+            with pygpukit_torch.force_kernel("gemv"):
+                torch.testing.assert_close(poisoned_matmul(x, w, precision), out, rtol=0, atol=0)
+
+
+def test_few_rows_automatic_choice_defers_to_a_forced_kernel():
+    """Another forced kernel that runs the problem takes it, not the GEMV."""
+    x, w = rows(2, 300), rows(1000, 300)
+    with pygpukit_torch.force_kernel("skinny"):
+        assert kernel_info(x, w.mT).startswith("skinny"), kernel_info(x, w.mT)
+    with pygpukit_torch.force_kernel("fma"):
+        assert kernel_info(x, w.mT, precision="ieee").startswith("fma"), kernel_info(x, w.mT, precision="ieee")
 
 
 @pytest.mark.parametrize("layout", ["row-major", "K-major"])

@@ -6,7 +6,7 @@ import torch
 
 from pygpukit_torch import linear_tf32
 from conftest import (ACTIVATIONS, DEVICE_KERNELS, DEVICES, assert_linear_close, linear_reference, poison_next_output,
-                      rel_error, requires_cuda)
+                      opcheck, requires_cuda)
 
 ACTS = list(ACTIVATIONS)
 
@@ -221,7 +221,7 @@ def test_no_autograd_state_without_grad(device, mode):
 @pytest.mark.parametrize("requires_grad", [False, True])
 def test_opcheck(device, requires_grad):
     for args, kwargs in sample_inputs(device, requires_grad):
-        torch.library.opcheck(torch.ops.pygpukit.linear_tf32.default, args, kwargs)
+        opcheck(torch.ops.pygpukit.linear_tf32.default, args, kwargs)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -13,7 +13,7 @@ import pygpukit_torch
 from pygpukit_torch import linear_tf32, matmul_tf32
 from pygpukit_torch.testing import cublas_tf32
 from conftest import (CUDA_KERNELS, DEVICE_KERNELS, DEVICES, assert_matmul_close, error_bound,
-                      matmul_reference, poisoned_matmul, rel_error, requires_cuda)
+                      matmul_reference, opcheck, poisoned_matmul, rel_error, requires_cuda)
 
 
 def run(a, b, precision="tf32x3"):
@@ -154,7 +154,7 @@ def test_tf32x3_gradients(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_tf32x3_opcheck(device):
     a, b = torch.randn(9, 13, device=device, requires_grad=True), torch.randn(13, 6, device=device)
-    torch.library.opcheck(torch.ops.pygpukit.matmul_tf32.default, (a, b), {"precision": "tf32x3"})
+    opcheck(torch.ops.pygpukit.matmul_tf32.default, (a, b), {"precision": "tf32x3"})
 
 
 @pytest.mark.parametrize("device", DEVICES)

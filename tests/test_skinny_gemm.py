@@ -1,6 +1,7 @@
 """The decode-sized-M kernel (csrc/cuda/skinny_gemm.cu): x[M, K] @ w[N, K].T
 for M <= 16 with both operands K-major and 16-byte aligned (M = 1 runs it
-when forced; the automatic choice there is the GEMV, test_gemv.py). Values against
+when forced; the automatic choice there is the GEMV, test_gemv.py, as it
+is for up to 4 rows in TF32 and 8 in 3xTF32). Values against
 float64 with NaN-poisoned outputs over the edges of M, N and K, the fused
 epilogue of linear_tf32, its rounding, the automatic choice, 3xTF32 and
 bitwise determinism."""
@@ -77,13 +78,16 @@ def test_wide_tile_linear_epilogue(activation):
 
 @pytest.mark.parametrize("m,n,k", DECODE_SHAPES)
 def test_chosen_for_decode_shapes(m, n, k):
-    # Above M = 8 on Hopper, weights larger than 4096 x 4096 take the wgmma
-    # path (dispatch.cu, kSkinnyOverWgmmaMaxM).
+    # Up to M = 4 (TF32) and 8 (3xTF32) the few-rows GEMV serves; above M =
+    # 8 on Hopper, TF32 with weights larger than 4096 x 4096 takes the wgmma
+    # path (dispatch.cu, few_rows_gemv_max_m and kSkinnyOverWgmmaMaxM).
     x, w = torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda")
-    expected = "wgmma" if m > 8 and n * k > 4096 * 4096 and kernel_runs_here("wgmma") else "skinny"
+    expected = ("gemv" if m <= 4 else
+                "wgmma" if m > 8 and n * k > 4096 * 4096 and kernel_runs_here("wgmma") else "skinny")
     assert kernel_info(x, w.mT).startswith(expected), kernel_info(x, w.mT)
     assert_matmul_close(poisoned_matmul(x, w.mT), x, w.mT)
-    assert "on skinny" in kernel_info(x, w.mT, precision="tf32x3")
+    expected_tf32x3 = "on gemv" if m <= 8 else "on skinny"
+    assert expected_tf32x3 in kernel_info(x, w.mT, precision="tf32x3"), kernel_info(x, w.mT, precision="tf32x3")
 
 
 def round_tf32(t):
@@ -122,9 +126,10 @@ def test_tf32x3_splits_in_registers(m, n, k):
     """3xTF32 on the skinny kernel: the operands are split in registers (no
     pack), and the error is 3xTF32's, not TF32's."""
     x, w = rows(m, k), rows(n, k)
-    info = kernel_info(x, w.mT, precision="tf32x3")
-    assert "in registers" in info and "on skinny" in info, info
-    out = poisoned_matmul(x, w.mT, "tf32x3")
+    with pygpukit_torch.force_kernel("skinny"):  # the automatic choice at M <= 8 is the GEMV
+        info = kernel_info(x, w.mT, precision="tf32x3")
+        assert "in registers" in info and "on skinny" in info, info
+        out = poisoned_matmul(x, w.mT, "tf32x3")
     assert_matmul_close(out, x, w.mT, precision="tf32x3")
     assert rel_error(out, matmul_reference(x, w.mT)) < 1e-6
 
@@ -138,21 +143,22 @@ def test_tf32x3_in_registers_special_values():
     x[11, :], w[31, :] = 0.0, 0.0
     x[11, 20] = float("inf")
     w[:, 5] = 1.0  # exactly TF32: its small part is 0
-    assert "in registers" in kernel_info(x, w.mT, precision="tf32x3")
-    out, ref = matmul_tf32(x, w.mT, precision="tf32x3"), torch.matmul(x.double(), w.mT.double())
-    assert torch.equal(out.isnan(), ref.isnan())
-    assert torch.equal(out.isinf() & (out > 0), ref.isinf() & (ref > 0))
-    assert torch.equal(out.isinf() & (out < 0), ref.isinf() & (ref < 0))
-    fmax = torch.finfo(torch.float32).max
-    a, b = torch.full((4, 8), fmax, device="cuda"), torch.full((4, 8), 2.0 ** -10, device="cuda")
-    assert "in registers" in kernel_info(a, b.mT, precision="tf32x3")
-    big = matmul_tf32(a, b.mT, precision="tf32x3")
-    assert torch.isfinite(big).all()
-    torch.testing.assert_close(big.double(), matmul_reference(a, b.mT), rtol=1e-6, atol=0)
-    c = torch.tensor([[fmax, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], device="cuda")
-    d = torch.tensor([[0.0, 1.0, 0.0, 0.0]], device="cuda")
-    assert "in registers" in kernel_info(c, d.mT, precision="tf32x3")
-    assert float(matmul_tf32(c, d.mT, precision="tf32x3")[0, 0]) == 1.0
+    with pygpukit_torch.force_kernel("skinny"):  # the automatic choice at M <= 8 is the GEMV
+        assert "in registers" in kernel_info(x, w.mT, precision="tf32x3")
+        out, ref = matmul_tf32(x, w.mT, precision="tf32x3"), torch.matmul(x.double(), w.mT.double())
+        assert torch.equal(out.isnan(), ref.isnan())
+        assert torch.equal(out.isinf() & (out > 0), ref.isinf() & (ref > 0))
+        assert torch.equal(out.isinf() & (out < 0), ref.isinf() & (ref < 0))
+        fmax = torch.finfo(torch.float32).max
+        a, b = torch.full((4, 8), fmax, device="cuda"), torch.full((4, 8), 2.0 ** -10, device="cuda")
+        assert "in registers" in kernel_info(a, b.mT, precision="tf32x3")
+        big = matmul_tf32(a, b.mT, precision="tf32x3")
+        assert torch.isfinite(big).all()
+        torch.testing.assert_close(big.double(), matmul_reference(a, b.mT), rtol=1e-6, atol=0)
+        c = torch.tensor([[fmax, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], device="cuda")
+        d = torch.tensor([[0.0, 1.0, 0.0, 0.0]], device="cuda")
+        assert "in registers" in kernel_info(c, d.mT, precision="tf32x3")
+        assert float(matmul_tf32(c, d.mT, precision="tf32x3")[0, 0]) == 1.0
 
 
 @pytest.mark.parametrize("case", ["m17", "x_offset", "w_row_major"])
@@ -175,8 +181,9 @@ def test_forced_skinny_falls_back(case):
 @pytest.mark.parametrize("m,n,k", [(16, 4096, 4096), (2, 4097, 4099), (16, 14336, 1024)])
 def test_deterministic_over_500_calls(m, n, k, precision):
     x, w, b = rows(m, k), rows(n, k), torch.randn(n, device="cuda")
-    info = kernel_info(x, w.mT, precision=precision)
-    assert "skinny" in info, info
-    first = linear_tf32(x, w, b, "gelu", precision=precision)
-    for _ in range(500):
-        assert torch.equal(linear_tf32(x, w, b, "gelu", precision=precision), first)
+    with pygpukit_torch.force_kernel("skinny"):  # the automatic choice at M = 2 is the GEMV
+        info = kernel_info(x, w.mT, precision=precision)
+        assert "skinny" in info, info
+        first = linear_tf32(x, w, b, "gelu", precision=precision)
+        for _ in range(500):
+            assert torch.equal(linear_tf32(x, w, b, "gelu", precision=precision), first)

@@ -260,6 +260,39 @@ Choice gemv_rowmajor_choice(const GemmProblem& p, const DeviceInfo& d) {
   return {Kernel::kGemvRowMajor, true, int((p.K + rows - 1) / rows)};
 }
 
+// 2 to 16 rows of A on the CUDA cores: the row-major GEMV for `x @ W`, the
+// few-rows GEMV for a K-major weight (its layout first, as for one row).
+bool few_rows_gemv_runs(const GemmProblem& p) {
+  return p.M >= 2 && (gemv_rowmajor_runs(p) || gemv_rows_runs(p));
+}
+Choice few_rows_gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
+  return gemv_rowmajor_runs(p) ? gemv_rowmajor_choice(p, d) : gemv_rows_choice(p, d);
+}
+
+// Up to which M the automatic choice takes the few-rows GEMVs: where they
+// beat what serves these rows otherwise. H200, session 10
+// (bench_gemv_rows.py, median us, weights N x K 4096x4096 / 14336x4096 /
+// 4096x14336, GEMV vs automatic choice before it):
+// - row-major, 3xTF32 (staged path, W packed per call): 22-59 vs 139-462
+//   at M = 2, 24-63 vs 140-479 at M = 8, 39-125 vs 149-490 at M = 16;
+// - row-major, TF32 (SwapAB wgmma): 1.03-1.23x faster at M = 2, 4 and 8,
+//   0.52-0.71x at M = 16;
+// - K-major, 3xTF32 (skinny, split in registers): 1.8-2.8x faster at M = 2
+//   to 8, 0.66-0.83x at M = 16;
+// - K-major, TF32 (skinny): 1.05-1.16x at M = 2 and 4, 0.76-0.90x at M = 8.
+// The cost of a rows-per-CTA tier does not depend on M within it (rows past
+// M do full work), so each limit is a tier's top. FP32 ("ieee") takes the
+// 3xTF32 limits: the alternative there, the FMA kernel, took 498-1914 us
+// on these shapes, 10-30x the GEMVs. Measured on the H200 only.
+int64_t few_rows_gemv_max_m(const GemmProblem& p, Precision precision) {
+  const bool fp32_class = precision != Precision::kTF32;
+  if (gemv_rowmajor_runs(p)) return fp32_class ? 16 : 8;
+  return fp32_class ? 8 : 4;
+}
+bool few_rows_gemv_preferred(const GemmProblem& p, Precision precision) {
+  return few_rows_gemv_runs(p) && p.M <= few_rows_gemv_max_m(p, precision);
+}
+
 // One row of A: the GEMV for the weight's layout, K-major or row-major.
 bool single_row_runs(const GemmProblem& p) {
   return p.M == 1 && (gemv_runs(p) || gemv_rowmajor_runs(p));
@@ -348,13 +381,11 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   // forced. FP32 precision otherwise never uses tensor cores: the FMA kernel.
   const bool gemv = single_row_runs(p);
   if (gemv && (forced == "auto" || forced == "gemv")) return single_row_choice(p, d);
-  // Forced, 2 to 16 rows of A run on the CUDA cores too: the row-major
-  // GEMV, and the few-rows GEMV on a K-major weight. Not yet the automatic
-  // choice: written without a GPU at hand (session 9), they wait for their
-  // measurements against what serves these rows now (SwapAB wgmma and the
-  // skinny kernel for TF32; the staged path and skinny for 3xTF32).
-  if (forced == "gemv" && gemv_rowmajor_runs(p)) return gemv_rowmajor_choice(p, d);
-  if (forced == "gemv" && gemv_rows_runs(p)) return gemv_rows_choice(p, d);
+  // 2 to 16 rows of A: the few-rows GEMVs, always when forced, unforced
+  // where they win (few_rows_gemv_max_m).
+  const bool few_rows = few_rows_gemv_preferred(p, precision);
+  if (few_rows_gemv_runs(p) && (forced == "gemv" || (forced == "auto" && few_rows)))
+    return few_rows_gemv_choice(p, d);
   if (precision == Precision::kIEEE) return {Kernel::kFma};
   const bool vec16 = aligned16(p.A, p.lda, p.batch_stride_a) &&
                      aligned16(p.B, p.ldb, p.batch_stride_b);
@@ -370,6 +401,7 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   // cannot run `p`; "mma_sync" alone keeps to the mma.sync tiles.
   const bool automatic = forced != "mma_sync";
   if (automatic && gemv) return single_row_choice(p, d);
+  if (automatic && few_rows) return few_rows_gemv_choice(p, d);
   // Decode-sized M on any sm_80+ GPU: B streamed once, no split-K pass.
   if (automatic && skinny_runs(p) && skinny_preferred(p, precision, d))
     return skinny_choice(p, precision, d);

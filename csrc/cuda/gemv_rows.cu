@@ -22,18 +22,19 @@ __device__ __forceinline__ float dot_chunk(float sum, uint4 x, uint4 w) {
 }
 
 // One step of the warp from k0: this lane's kChunks chunks of each weight
-// row (`w[r]` at the lane's column), then, row by row of A, its chunks and
-// the 4 x kChunks products per weight row summed on their own and added to
-// the running sums. kTail: the slice's last, partial step, up to k_end, its
-// chunks past k_end read as zeros (scalar loads); otherwise whole 16-byte
-// chunks, the weight's marked evict-first (read once, it must not push A
-// out of L1).
+// row (`w[r]` at the lane's column), then, kXRows rows of A at a time, their
+// chunks and, row by row, the 4 x kChunks products per weight row summed on
+// their own and added to the running sums. kTail: the slice's last, partial
+// step, up to k_end, its chunks past k_end read as zeros (scalar loads);
+// otherwise whole 16-byte chunks, the weight's marked evict-first (read
+// once, it must not push A out of L1).
 template <int kRows, bool kTail>
 __device__ __forceinline__ void step(const GemmProblem& p, const float* const (&w)[4], int64_t k0,
                                      int64_t k_end, int lane, float (&acc)[kRows][4]) {
   using Cfg = GemvRowsConfig<kRows>;
-  constexpr int kR = Cfg::kWeightRows, kC = Cfg::kChunks;
+  constexpr int kR = Cfg::kWeightRows, kC = Cfg::kChunks, kX = Cfg::kXRows;
   static_assert(kR == 4, "w holds kWeightRows pointers");
+  static_assert(kRows % kX == 0, "whole batches of rows of A");
   uint4 wv[kR][kC];
 #pragma unroll
   for (int r = 0; r < kR; ++r)
@@ -45,18 +46,26 @@ __device__ __forceinline__ void step(const GemmProblem& p, const float* const (&
     }
   const float* x = p.A + k0 + 4 * lane;
 #pragma unroll
-  for (int m = 0; m < kRows; x = next_a_row(p, x, m), ++m) {
-    float group[kR] = {};
+  for (int m0 = 0; m0 < kRows; m0 += kX) {
+    uint4 xv[kX][kC];
 #pragma unroll
-    for (int c = 0; c < kC; ++c) {
-      const int64_t k = k0 + 128 * c;
-      const uint4 xv = kTail ? load_tail_chunk(x + 128 * c, k_end - (k + 4 * lane))
-                             : __ldg(reinterpret_cast<const uint4*>(x + 128 * c));
+    for (int i = 0; i < kX; x = next_a_row(p, x, m0 + i), ++i)
 #pragma unroll
-      for (int r = 0; r < kR; ++r) group[r] = dot_chunk(group[r], xv, wv[r][c]);
+      for (int c = 0; c < kC; ++c) {
+        const int64_t k = k0 + 128 * c;
+        xv[i][c] = kTail ? load_tail_chunk(x + 128 * c, k_end - (k + 4 * lane))
+                         : __ldg(reinterpret_cast<const uint4*>(x + 128 * c));
+      }
+#pragma unroll
+    for (int i = 0; i < kX; ++i) {
+      float group[kR] = {};
+#pragma unroll
+      for (int c = 0; c < kC; ++c)
+#pragma unroll
+        for (int r = 0; r < kR; ++r) group[r] = dot_chunk(group[r], xv[i][c], wv[r][c]);
+#pragma unroll
+      for (int r = 0; r < kR; ++r) acc[m0 + i][r] += group[r];
     }
-#pragma unroll
-    for (int r = 0; r < kR; ++r) acc[m][r] += group[r];
   }
 }
 

@@ -35,6 +35,17 @@ struct GemvRowsConfig {
   // registers with one chunk per weight row (two spilled ~200 bytes); with
   // 2 CTAs per SM that still keeps 32 KB of the weight in flight per SM.
   static constexpr int kChunks = kRows == 16 ? 1 : 2;
+  // Rows of A whose chunks a step loads together, before their FMAs. Row
+  // by row, ptxas gave every row the same registers, so each row's load
+  // waited for the last row's FMAs and paid its latency (A comes mostly
+  // from L2: each CTA reads all of it once) kRows times per step. In
+  // batches of 4 rows (16 x kChunks registers) ptxas, at its 128-register
+  // cap, still keeps only 1-2 rows' loads ahead at 8 and 16 rows: 5-8%
+  // faster there on the H200 (session 10), 8 rows still at ~2.5 TB/s and
+  // 16 at ~1.1-1.9, where the automatic choice does not take this kernel.
+  // An L1 prefetch of the next step's rows of A helped 16 rows only
+  // (another 4-20%) and slowed the others; it was left out.
+  static constexpr int kXRows = kRows < 4 ? kRows : 4;
   static constexpr int kStepK = 32 * 4 * kChunks;  // K per step of a warp
   static constexpr int kMinCtasPerSm = 2;
 
