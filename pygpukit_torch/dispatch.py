@@ -51,8 +51,10 @@ def force_kernel(kernel: str) -> Iterator[None]:
             forcing another kernel runs that one instead. Forced, they
             also run 2 to 16 rows of ``x`` (rows 16-byte aligned, no batch
             of the weight) on either layout, in FP32, every load of the
-            weight shared by all rows; not yet the automatic choice: as of
-            2026-12-01 these two are compiled but not yet run on a GPU.
+            weight shared by all rows; unforced, they serve those rows
+            where they are the faster choice on the H200 (up to 8 rows
+            of a row-major weight and 4 of a K-major one in TF32; 16 and
+            8 in 3xTF32 and FP32).
             ``fma``: the FP32 CUDA-core kernel. ``auto``: the dispatcher's
             choice.
 
