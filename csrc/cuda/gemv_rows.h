@@ -44,7 +44,8 @@ struct GemvRowsConfig {
   // faster there on the H200 (session 10), 8 rows still at ~2.5 TB/s and
   // 16 at ~1.1-1.9, where the automatic choice does not take this kernel.
   // An L1 prefetch of the next step's rows of A helped 16 rows only
-  // (another 4-20%) and slowed the others; it was left out.
+  // (another 4-20%) and slowed the others; it was left out, as was staging
+  // A in shared memory (slower below 16 rows; design doc).
   static constexpr int kXRows = kRows < 4 ? kRows : 4;
   static constexpr int kStepK = 32 * 4 * kChunks;  // K per step of a warp
   static constexpr int kMinCtasPerSm = 2;
