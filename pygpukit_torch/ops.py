@@ -164,8 +164,16 @@ def _check_precision(op: str, precision: Optional[str]) -> None:
                        lambda: f"{op}: precision must be 'tf32', 'tf32x3', 'ieee' or None, got '{precision}'")
 
 
+def _check_defined(op: str, **tensors) -> None:
+    """The C++ checks' error for a None passed to the raw operator as a
+    tensor, for the fake implementations (meta tensors, tracing)."""
+    for name, t in tensors.items():
+        torch._check(t is not None, lambda: f"{op}: expected tensors, got None for {name}")
+
+
 @torch.library.register_fake("pygpukit::matmul_tf32")
 def _(a, b, *, precision=None):
+    _check_defined("matmul_tf32", a=a, b=b)
     _check_precision("matmul_tf32", precision)
     # Contiguous, exactly like the CUDA and CPU kernels' results.
     return a.new_empty(_matmul_shape(a, b))
@@ -214,6 +222,7 @@ def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
 
 @torch.library.register_fake("pygpukit::linear_tf32")
 def _(x, weight, bias=None, activation="none", *, precision=None):
+    _check_defined("linear_tf32", x=x, weight=weight)
     _check_precision("linear_tf32", precision)
     torch._check_value(activation in ACTIVATIONS,
                        lambda: f"linear_tf32: unknown activation '{activation}'; expected one of "

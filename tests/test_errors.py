@@ -128,6 +128,14 @@ def test_none_for_a_tensor():
     with pytest.raises(RuntimeError, match="linear_tf32: expected tensors, got None for weight"):
         torch.ops.pygpukit.linear_tf32(a, None)
     assert torch.equal(linear_tf32(a, a, None), a @ a)  # a None bias is no bias
+    # The same on meta tensors, which the fake implementations serve.
+    m = torch.empty(2, 2, device="meta")
+    with pytest.raises(RuntimeError, match="matmul_tf32: expected tensors, got None for a"):
+        torch.ops.pygpukit.matmul_tf32(None, m)
+    with pytest.raises(RuntimeError, match="linear_tf32: expected tensors, got None for weight"):
+        torch.ops.pygpukit.linear_tf32(m, None)
+    with pytest.raises(RuntimeError, match="matmul_tf32: expected tensors, got None for b"):
+        torch.ops.pygpukit.matmul_kernel_info(m, None)
 
 
 def test_precision_of_another_type():
