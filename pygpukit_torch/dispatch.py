@@ -54,7 +54,7 @@ def force_kernel(kernel: str) -> Iterator[None]:
             weight shared by all rows; unforced, they serve those rows
             where they are the faster choice on the H200 (up to 8 rows
             of a row-major weight and 4 of a K-major one in TF32; 16 and
-            8 in 3xTF32 and FP32).
+            8 in 3xTF32; 16 on both in FP32).
             ``fma``: the FP32 CUDA-core kernel. ``auto``: the dispatcher's
             choice.
 

@@ -71,11 +71,14 @@ def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
             cuBLAS FP32's 1.15e-6 and 1.6e-6 (but 2.8e-7 vs 1.5e-7 at 256^3:
             for K below a few hundred, FP32 is better). ``"ieee"``: plain FP32
             arithmetic, no tensor cores.
-            Exception, on CUDA: a single row of ``a`` with ``F.linear``'s
-            layout (``x[1, K] @ w.mT``, both read in place, 16-byte aligned)
-            runs the GEMV kernel in plain FP32 for every precision, unless
-            :func:`pygpukit_torch.force_kernel` names another kernel: one row
-            is bound by the weight's bytes, so tensor cores would save no time.
+            Exception, on CUDA: a few rows of ``a`` with the weight read in
+            place (``x @ w.mT`` or ``x @ W``, 16-byte aligned) run a GEMV
+            kernel in plain FP32, unless :func:`pygpukit_torch.force_kernel`
+            names another kernel: one row for every precision; in
+            ``"tf32"`` up to 4 rows of ``x @ w.mT`` and 8 of ``x @ W``; in
+            ``"tf32x3"`` up to 8 and 16; in ``"ieee"`` up to 16. Such rows
+            are bound by the weight's bytes, so tensor cores save little or
+            no time there.
             ``None`` (default): the environment variable
             ``PYGPUKIT_PRECISION`` (one of those names; see
             :func:`pygpukit_torch.default_precision`) if set, else ``"ieee"``
@@ -83,7 +86,7 @@ def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
             ``"tf32"``. PyTorch's own TF32 settings are not consulted.
             On the CPU every precision is emulated: inputs rounded (ties to
             even) or split the same way, products accumulated in float64;
-            a single row too (the CPU does not emulate the GEMV's FP32).
+            those rows too (the CPU does not emulate the GEMVs' FP32).
 
     Differentiable (csrc/autograd.cpp): ``grad_a = grad @ bᵀ`` and ``grad_b =
     aᵀ @ grad`` are matmul_tf32 products at the same ``precision``, with the

@@ -16,7 +16,7 @@ import pygpukit_torch
 from pygpukit_torch import kernel_info, linear_tf32, matmul_tf32
 from pygpukit_torch.testing import cublas_tf32
 from conftest import (ACTIVATIONS, HAS_CUDA, aligned_rows as rows, assert_linear_close, assert_matmul_close,
-                      matmul_reference, poison_next_output, poisoned_matmul, rel_error)
+                      kernel_runs_here, matmul_reference, poison_next_output, poisoned_matmul, rel_error)
 
 pytestmark = pytest.mark.skipif(not HAS_CUDA or torch.cuda.get_device_capability() < (8, 0),
                                 reason="needs a CUDA GPU of compute capability 8.0 or newer")
@@ -268,7 +268,8 @@ def test_rowmajor_b_deterministic_over_500_calls(n, k):
 
 
 # A few rows of A on the row-major weight: the same kernel built for 2, 4, 8
-# and 16 rows per CTA (gemv_rowmajor.cu), forced: not yet the automatic choice.
+# and 16 rows per CTA (gemv_rowmajor.cu), forced here (the automatic choice
+# takes it up to 8 rows in TF32 and 16 in 3xTF32 and FP32).
 
 FEW_ROWS = (2, 3, 4, 5, 8, 9, 15, 16)
 
@@ -340,7 +341,8 @@ def test_rowmajor_b_few_rows_repeated_row_and_special_values():
 
 
 # A few rows of x on a K-major weight (F.linear's layout): gemv_rows.cu,
-# forced, not yet the automatic choice (the skinny kernel serves these rows).
+# forced here (the automatic choice takes it up to 4 rows in TF32, 8 in
+# 3xTF32 and 16 in FP32; the skinny kernel serves the other rows).
 
 def slices_of_rows(info):
     """The K-slice count that kernel_info reports for a few-rows gemv call."""
@@ -447,7 +449,7 @@ def test_few_rows_linear_epilogue(m, n, k, bias, activation, layout):
 # The largest M at which the automatic choice takes the few-rows GEMV
 # (dispatch.cu, few_rows_gemv_max_m), by weight layout and precision.
 AUTO_MAX_M = {("row-major", "tf32"): 8, ("row-major", "tf32x3"): 16, ("row-major", "ieee"): 16,
-              ("K-major", "tf32"): 4, ("K-major", "tf32x3"): 8, ("K-major", "ieee"): 8}
+              ("K-major", "tf32"): 4, ("K-major", "tf32x3"): 8, ("K-major", "ieee"): 16}
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
@@ -473,10 +475,31 @@ def test_few_rows_automatic_choice(layout, precision):
 def test_few_rows_automatic_choice_defers_to_a_forced_kernel():
     """Another forced kernel that runs the problem takes it, not the GEMV."""
     x, w = rows(2, 300), rows(1000, 300)
-    with pygpukit_torch.force_kernel("skinny"):
-        assert kernel_info(x, w.mT).startswith("skinny"), kernel_info(x, w.mT)
+    forced = {"skinny": "skinny", "mma_sync": "mma_sync"}
+    if kernel_runs_here("wgmma"):
+        forced["wgmma"] = "wgmma"
+    for kernel, name in forced.items():
+        with pygpukit_torch.force_kernel(kernel):
+            for precision in ("tf32", "tf32x3"):
+                assert name in kernel_info(x, w.mT, precision=precision), (kernel, precision)
+            assert_matmul_close(poisoned_matmul(x, w.mT), x, w.mT)
     with pygpukit_torch.force_kernel("fma"):
         assert kernel_info(x, w.mT, precision="ieee").startswith("fma"), kernel_info(x, w.mT, precision="ieee")
+
+
+@pytest.mark.parametrize("m", [3, 6])
+def test_few_rows_on_staged_tf32x3_parts(m):
+    """x not 16-byte aligned: the GEMVs cannot read it, so 3xTF32 packs
+    both operands' big and small parts (3K columns) and runs them as TF32
+    would choose: the GEMV up to 4 rows, the skinny kernel above (the
+    GEMV's FP32 advantage over 3 MMAs does not apply to the parts)."""
+    k, n = 300, 1000
+    x, w = torch.randn(m, k + 1, device="cuda")[:, 1:], rows(n, k)
+    info = kernel_info(x, w.mT, precision="tf32x3")
+    assert "3K columns" in info and ("on gemv" if m <= 4 else "on skinny") in info, info
+    out = poisoned_matmul(x, w.mT, "tf32x3")
+    assert_matmul_close(out, x, w.mT, precision="tf32x3")
+    assert rel_error(out, matmul_reference(x, w.mT)) < 1e-6
 
 
 @pytest.mark.parametrize("layout", ["row-major", "K-major"])
@@ -493,14 +516,15 @@ def test_few_rows_error_at_most_cublas_fp32(m, layout):
         assert rel_error(matmul_tf32(x, w), ref) <= cublas
 
 
+@pytest.mark.parametrize("m", [2, 16])
 @pytest.mark.parametrize("layout", ["row-major", "K-major"])
-def test_few_rows_deterministic_over_500_calls(layout):
-    x, b = rows(16, 4099), torch.randn(300, device="cuda")
+def test_few_rows_deterministic_over_500_calls(layout, m):
+    x, b = rows(m, 4099), torch.randn(300, device="cuda")
     w = few_rows_weight(layout, 300, 4099)
     with pygpukit_torch.force_kernel("gemv"):
         info = kernel_info(x, w)
         # Several K-splits or K-slices ("K-slices" in the plural):
-        assert few_rows_kernel_named(info, 16) and ("split-K" in info or "K-slices per output" in info), info
+        assert few_rows_kernel_named(info, m) and ("split-K" in info or "K-slices per output" in info), info
         first = linear_tf32(x, w.mT, b, "gelu")
         for _ in range(500):
             assert torch.equal(linear_tf32(x, w.mT, b, "gelu"), first)

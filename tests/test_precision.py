@@ -119,16 +119,22 @@ def test_tf32x3_nan_inf_like_torch(device, kernel):
 @pytest.mark.parametrize("device", DEVICES)
 def test_tf32x3_near_float_max_stays_finite(device):
     # FLT_MAX rounds to Inf in TF32; the split keeps big finite (truncating),
-    # so finite products stay finite and exact sums stay exact.
+    # so finite products stay finite and exact sums stay exact. On CUDA the
+    # mma.sync path is forced: at these few rows the automatic choice is an
+    # FP32 GEMV, which splits nothing; forced, both operands are packed.
     fmax = torch.finfo(torch.float32).max
     a = torch.full((4, 8), fmax, device=device)
     b = torch.full((8, 4), 2.0 ** -10, device=device)
-    out = matmul_tf32(a, b, precision="tf32x3")
-    assert torch.isfinite(out).all()
-    torch.testing.assert_close(out.double(), matmul_reference(a, b), rtol=1e-6, atol=0)
     c = torch.tensor([[fmax, 1.0]], device=device)
     d = torch.tensor([[0.0], [1.0]], device=device)
-    assert float(matmul_tf32(c, d, precision="tf32x3")) == 1.0
+    with pygpukit_torch.force_kernel("mma_sync"):
+        if device == "cuda":
+            assert "3K columns" in pygpukit_torch.kernel_info(a, b, precision="tf32x3")
+            assert "3K columns" in pygpukit_torch.kernel_info(c, d, precision="tf32x3")
+        out = matmul_tf32(a, b, precision="tf32x3")
+        assert torch.isfinite(out).all()
+        torch.testing.assert_close(out.double(), matmul_reference(a, b), rtol=1e-6, atol=0)
+        assert float(matmul_tf32(c, d, precision="tf32x3")) == 1.0
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -271,23 +271,27 @@ Choice few_rows_gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
 
 // Up to which M the automatic choice takes the few-rows GEMVs: where they
 // beat what serves these rows otherwise. H200, session 10
-// (bench_gemv_rows.py, median us, weights N x K 4096x4096 / 14336x4096 /
-// 4096x14336, GEMV vs automatic choice before it):
-// - row-major, 3xTF32 (staged path, W packed per call): 22-59 vs 139-462
-//   at M = 2, 24-63 vs 140-479 at M = 8, 39-125 vs 149-490 at M = 16;
-// - row-major, TF32 (SwapAB wgmma): 1.03-1.23x faster at M = 2, 4 and 8,
-//   0.52-0.71x at M = 16;
-// - K-major, 3xTF32 (skinny, split in registers): 1.8-2.8x faster at M = 2
-//   to 8, 0.66-0.83x at M = 16;
-// - K-major, TF32 (skinny): 1.05-1.16x at M = 2 and 4, 0.76-0.90x at M = 8.
+// (bench_gemv_rows.py, final run, median us, weights N x K 4096x4096 /
+// 14336x4096 / 4096x14336, GEMV vs the kernel it replaces):
+// - row-major, 3xTF32 (W's parts packed per call; promoted wgmma forced):
+//   22.0-58.3 vs 141-458 at M = 2, 40.1-123.9 vs 141-454 at M = 16;
+// - row-major, TF32 (SwapAB wgmma): 1.01-1.21x faster at M = 2 to 8,
+//   0.52-0.69x at M = 16;
+// - K-major, 3xTF32 (skinny, split in registers): 1.9-2.8x faster at M =
+//   2 to 8, 0.72-0.89x at M = 16;
+// - K-major, TF32 (skinny): 1.07-1.13x at M = 2 and 4, 0.79-0.92x at M = 8;
+// - either layout, FP32 ("ieee"): the FMA kernel took 498-1931 us, up to 31x
+//   the GEMVs, 2.7x at the least (M = 16).
 // The cost of a rows-per-CTA tier does not depend on M within it (rows past
-// M do full work), so each limit is a tier's top. FP32 ("ieee") takes the
-// 3xTF32 limits: the alternative there, the FMA kernel, took 498-1914 us
-// on these shapes, 10-30x the GEMVs. Measured on the H200 only.
+// M do full work), so each limit is a tier's top. 3xTF32's packed parts
+// (split3_parts: three products over 3K columns) compare as TF32 does.
+// Measured on the H200 only.
+static_assert(kGemvRowsMaxRows == kGemvRowMajorMaxRows, "both GEMVs take up to the same M");
 int64_t few_rows_gemv_max_m(const GemmProblem& p, Precision precision) {
-  const bool fp32_class = precision != Precision::kTF32;
-  if (gemv_rowmajor_runs(p)) return fp32_class ? 16 : 8;
-  return fp32_class ? 8 : 4;
+  if (precision == Precision::kIEEE) return kGemvRowsMaxRows;
+  const bool unsplit_tf32x3 = precision == Precision::kTF32x3 && !p.split3_parts;
+  if (gemv_rowmajor_runs(p)) return unsplit_tf32x3 ? 16 : 8;
+  return unsplit_tf32x3 ? 8 : 4;
 }
 bool few_rows_gemv_preferred(const GemmProblem& p, Precision precision) {
   return few_rows_gemv_runs(p) && p.M <= few_rows_gemv_max_m(p, precision);
@@ -512,6 +516,7 @@ GemmProblem staged_problem(GemmProblem p, const Staging& s, const uint8_t* ws) {
     p.batch_stride_b = s.batch_b == 1 ? 0 : p.N * p.ldb;
   }
   p.K = packed_cols(p.K, s.split_a);
+  p.split3_parts = s.split_a != PackSplit::kNone;
   return p;
 }
 

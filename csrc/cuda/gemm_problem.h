@@ -34,6 +34,9 @@ struct GemmProblem {
   float* C = nullptr;
   int64_t ldc = 0, batch_stride_c = 0;
   Epilogue epilogue;
+  // A and B hold 3xTF32's packed big and small parts, 3K columns (set by
+  // the dispatcher when it stages them; the kernels do not read it).
+  bool split3_parts = false;
 };
 
 // Bytes of device scratch memory run_gemm needs for `problem` on the current
