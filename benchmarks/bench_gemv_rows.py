@@ -1,6 +1,7 @@
 """The FP32 GEMVs for 2 to 16 rows of x, on both weight layouts: `x @ W`
-with W stored [in, out] (row-major, gemv_rowmajor.cu) and `x @ Wt.T` with
-Wt stored [out, in] (nn.Linear's, gemv_rows.cu), forced
+with W stored [in, out] (row-major, gemv_rowmajor.cu; also 17 to 64 rows
+there, in blocks of 16) and `x @ Wt.T` with Wt stored [out, in]
+(nn.Linear's, gemv_rows.cu), forced
 (PYGPUKIT_KERNEL=gemv), against what the automatic choice serves (which is
 the GEMV where dispatch.cu's few_rows_gemv_max_m takes it), against the
 tensor-core kernel forced ("tc": for x @ W the wgmma path, SwapAB for TF32
@@ -13,7 +14,7 @@ Prints a Markdown table: microseconds per call (host time included), the
 ratios to the GEMV, the weight's bytes per second for the GEMV, its
 relative error and the kernels the automatic choice names.
 
-    python benchmarks/bench_gemv_rows.py [--rows 2,4,8,16] [--min-run-time 0.3]
+    python benchmarks/bench_gemv_rows.py [--rows 2,4,8,16,32,48] [--min-run-time 0.3]
 """
 
 import argparse
@@ -30,7 +31,8 @@ WEIGHTS = ((4096, 4096), (14336, 4096), (4096, 14336))  # (N, K)
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", default="2,4,8,16", help="comma-separated M values (2 to 16)")
+    parser.add_argument("--rows", default="2,4,8,16",
+                        help="comma-separated M values: 2 to 16, and 17 to 64 for x @ W (blocks of 16)")
     parser.add_argument("--min-run-time", type=float, default=0.3, help="seconds per variant and shape")
     args = parser.parse_args()
     print(run_header())
@@ -55,8 +57,9 @@ def main():
         for n, k in WEIGHTS:
             row_major = [(torch.randn(m, k, device="cuda"), torch.randn(k, n, device="cuda"))
                          for _ in range(rotation_count(4 * (m * k + k * n)))]
-            layouts = {"x @ W": (row_major, "wgmma"),
-                       "x @ Wt.T": ([(x, w.t().contiguous().t()) for x, w in row_major], "skinny")}
+            layouts = {"x @ W": (row_major, "wgmma")}
+            if m <= 16:  # the K-major GEMV computes up to 16 rows
+                layouts["x @ Wt.T"] = ([(x, w.t().contiguous().t()) for x, w in row_major], "skinny")
             for layout, (sets, tc) in layouts.items():
                 t = time_interleaved(variants(tc), sets, layout, f"{m}x{n}x{k}", args.min_run_time)
                 us = {name: t[name].median * 1e6 for name in names}

@@ -79,9 +79,10 @@ for n, k in ((45, 1), (1001, 131), (4097, 4099), (4 * 128 * sms + 3, 70), (130, 
 # A few rows of x on a row-major weight, forced: the row-major GEMV built for
 # 2, 4, 8 and 16 rows (rows past M repeat row M - 1, never stored), split-K
 # from 1 up, N's end inside a chunk and a K tail; x's rows 16-byte aligned
-# (views of padded rows).
+# (views of padded rows); 17 to 64 rows in blocks of 16.
 os.environ["PYGPUKIT_KERNEL"] = "gemv"
-for m, n, k in ((2, 45, 1), (3, 1001, 131), (5, 4097, 4099), (9, 4 * 128 * sms + 3, 70), (16, 130, 4096)):
+for m, n, k in ((2, 45, 1), (3, 1001, 131), (5, 4097, 4099), (9, 4 * 128 * sms + 3, 70), (16, 130, 4096),
+                (17, 1001, 131), (40, 130, 4096), (64, 45, 9)):
     x = torch.randn(m, (k + 3) // 4 * 4, device="cuda")[:, :k]
     b = torch.randn(n, device="cuda")
     w = torch.randn(k, (n + 3) // 4 * 4, device="cuda")[:, :n]

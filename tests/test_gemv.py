@@ -294,10 +294,10 @@ def test_rowmajor_b_few_rows_forced(m, n, k):
 
 def test_rowmajor_b_few_rows_fallbacks():
     """What the forced kernel cannot run goes to the automatic choice, with
-    correct values: 17 rows, rows of x not 16-byte aligned, a batch of W."""
+    correct values: 65 rows, rows of x not 16-byte aligned, a batch of W."""
     k, n = 300, 1000
     w = rows(k, n)
-    cases = {"17 rows": (rows(17, k), w),
+    cases = {"65 rows": (rows(65, k), w),
              "unaligned rows of x": (torch.randn(4, k + 1, device="cuda")[:, 1:], w),
              "x's row stride not a multiple of 4": (torch.randn(4, k + 1, device="cuda")[:, :k], w),
              "a batch of W": (rows(4, k), torch.randn(2, k, n, device="cuda"))}
@@ -309,6 +309,39 @@ def test_rowmajor_b_few_rows_fallbacks():
         x1 = torch.randn(1, k + 1, device="cuda")[:, 1:]
         assert "B read row by row" in kernel_info(x1, w)
         assert_matmul_close(poisoned_matmul(x1, w), x1, w, precision="ieee")
+
+
+@pytest.mark.parametrize("m", [17, 31, 33, 64])
+@pytest.mark.parametrize("n,k", [(1000, 63), (129, 4099), (4097, 520)])
+def test_rowmajor_b_row_blocks_forced(m, n, k):
+    """17 to 64 rows: blocks of 16, one launch each, for every precision.
+    A whole block of 16 comes out as the same rows computed alone (bitwise:
+    same kernel, same K-splits); a last, shorter block runs the kernel for
+    its rows at the whole call's K-splits, so it is only compared by value."""
+    x, w = rows(m, k), rows(k, n)
+    with pygpukit_torch.force_kernel("gemv"):
+        info = kernel_info(x, w, precision="tf32x3")
+        assert "B read row by row" in info and f"{m} rows of A" in info and "in blocks of 16" in info, info
+        out = poisoned_matmul(x, w)
+        assert_matmul_close(out, x, w, precision="ieee")
+        for precision in PRECISIONS:
+            torch.testing.assert_close(poisoned_matmul(x, w, precision), out, rtol=0, atol=0)
+        for m0 in range(0, m - 15, 16):
+            assert torch.equal(poisoned_matmul(x[m0:m0 + 16], w), out[m0:m0 + 16]), m0
+    # Unforced, these rows take another kernel.
+    assert "B read row by row" not in kernel_info(x, w)
+
+
+def test_rowmajor_b_row_blocks_linear_and_deterministic():
+    """The fused epilogue in every block; 100 calls bitwise the same."""
+    x, w, b = rows(33, 4099), rows(4099, 300), torch.randn(300, device="cuda")
+    with pygpukit_torch.force_kernel("gemv"):
+        assert "in blocks of 16" in kernel_info(x, w)
+        poison_next_output((33, 300), "cuda")
+        first = linear_tf32(x, w.mT, b, "gelu")
+        assert_linear_close(first, x, w.mT, b, "gelu", precision="ieee")
+        for _ in range(100):
+            assert torch.equal(linear_tf32(x, w.mT, b, "gelu"), first)
 
 
 def test_rowmajor_b_few_rows_batched_x():

@@ -205,11 +205,11 @@ bool skinny_runs(const GemmProblem& p) {
 bool gemv_runs(const GemmProblem& p) { return p.M == 1 && skinny_runs(p); }
 
 // Whether the row-major GEMV can run `p` (gemv_rowmajor.h): up to
-// kGemvRowMajorMaxRows rows of A and a row-major B, 16-byte aligned, as
-// `x @ W` with W stored [in, out]; more than one row also needs A's rows
-// 16-byte aligned.
+// kGemvRowMajorMaxM rows of A (above kGemvRowMajorMaxRows in blocks, one
+// pass over B each) and a row-major B, 16-byte aligned, as `x @ W` with W
+// stored [in, out]; more than one row also needs A's rows 16-byte aligned.
 bool gemv_rowmajor_runs(const GemmProblem& p) {
-  return p.batch == 1 && p.M <= kGemvRowMajorMaxRows && p.layout_a == Layout::kRowMajor &&
+  return p.batch == 1 && p.M <= kGemvRowMajorMaxM && p.layout_a == Layout::kRowMajor &&
          p.layout_b == Layout::kRowMajor && aligned16(p.B, p.ldb, 0) &&
          (p.M == 1 || aligned16(p.A, p.lda, 0));
 }
@@ -260,8 +260,9 @@ Choice gemv_rowmajor_choice(const GemmProblem& p, const DeviceInfo& d) {
   return {Kernel::kGemvRowMajor, true, int((p.K + rows - 1) / rows)};
 }
 
-// 2 to 16 rows of A on the CUDA cores: the row-major GEMV for `x @ W`, the
-// few-rows GEMV for a K-major weight (its layout first, as for one row).
+// 2 to 16 rows of A on the CUDA cores (up to 64 on a row-major weight, in
+// blocks of 16): the row-major GEMV for `x @ W`, the few-rows GEMV for a
+// K-major weight (its layout first, as for one row).
 bool few_rows_gemv_runs(const GemmProblem& p) {
   return p.M >= 2 && (gemv_rowmajor_runs(p) || gemv_rows_runs(p));
 }
@@ -286,7 +287,7 @@ Choice few_rows_gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
 // M do full work), so each limit is a tier's top. 3xTF32's packed parts
 // (split3_parts: three products over 3K columns) compare as TF32 does.
 // Measured on the H200 only.
-static_assert(kGemvRowsMaxRows == kGemvRowMajorMaxRows, "both GEMVs take up to the same M");
+static_assert(kGemvRowsMaxRows == kGemvRowMajorMaxRows, "both GEMVs compute up to 16 rows at once");
 int64_t few_rows_gemv_max_m(const GemmProblem& p, Precision precision) {
   if (precision == Precision::kIEEE) return kGemvRowsMaxRows;
   const bool unsplit_tf32x3 = precision == Precision::kTF32x3 && !p.split3_parts;
@@ -360,7 +361,8 @@ Choice skinny_choice(const GemmProblem& p, Precision precision, const DeviceInfo
 // wgmma_swap_ab where swap_ab_runs is false, large tile with unaligned
 // operands, too little shared memory, skinny with M > 16 or an operand that
 // is not K-major and 16-byte aligned, gemv with a weight neither K-major
-// nor row-major and 16-byte aligned, or with M > 16, a batch, or (M > 1)
+// nor row-major and 16-byte aligned, or with M > 16 (K-major) or 64
+// (row-major), a batch, or (M > 1)
 // rows of A not 16-byte aligned) falls back to the automatic
 // choice rather than fail; so does a name that is none of these (a typo
 // must not quietly turn the Hopper path off). With precision "ieee", any
@@ -727,6 +729,8 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
       name = "gemv, FP32 FMAs, B read row by row, " +
              std::to_string(GemvRowMajorShape::kCols) + " columns per CTA";
       if (p.M > 1) name += ", " + std::to_string(p.M) + " rows of A on each load of B";
+      if (p.M > kGemvRowMajorMaxRows)
+        name += " (in blocks of " + std::to_string(kGemvRowMajorMaxRows) + ", one pass over B each)";
       if (c.splits > 1) name += ", split-K " + std::to_string(c.splits);
       break;
     case Kernel::kFma:

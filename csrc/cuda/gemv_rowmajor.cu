@@ -181,14 +181,8 @@ cudaError_t launch_rows(const GemmProblem& p, int splits, float* partials, cudaS
   return launch_splitk_reduce(partials, splits, p.M, p.N, ldp, p.C, p.ldc, p.epilogue, stream);
 }
 
-}  // namespace
-
-cudaError_t launch_gemv_rowmajor(const GemmProblem& p, int splits, float* partials,
-                                 cudaStream_t stream) {
-  if (splits < 1 || splits > kGemvRowMajorMaxSplits || p.M < 1 || p.M > kGemvRowMajorMaxRows)
-    return cudaErrorInvalidValue;
-  const bool a_aligned = reinterpret_cast<uintptr_t>(p.A) % 16 == 0 && p.lda % 4 == 0;
-  if (p.M > 1 && !a_aligned) return cudaErrorInvalidValue;
+// Up to kGemvRowMajorMaxRows rows of A: the kernel built for them.
+cudaError_t launch_block(const GemmProblem& p, int splits, float* partials, cudaStream_t stream) {
   switch (rows_per_cta(p.M)) {
     case 1: return launch_rows<1>(p, splits, partials, stream);
     case 2: return launch_rows<2>(p, splits, partials, stream);
@@ -197,6 +191,27 @@ cudaError_t launch_gemv_rowmajor(const GemmProblem& p, int splits, float* partia
     case 16: return launch_rows<16>(p, splits, partials, stream);
     default: return cudaErrorInvalidValue;
   }
+}
+
+}  // namespace
+
+cudaError_t launch_gemv_rowmajor(const GemmProblem& p, int splits, float* partials,
+                                 cudaStream_t stream) {
+  if (splits < 1 || splits > kGemvRowMajorMaxSplits || p.M < 1 || p.M > kGemvRowMajorMaxM)
+    return cudaErrorInvalidValue;
+  const bool a_aligned = reinterpret_cast<uintptr_t>(p.A) % 16 == 0 && p.lda % 4 == 0;
+  if (p.M > 1 && !a_aligned) return cudaErrorInvalidValue;
+  // Blocks of rows in row order on one stream: each block's split-K pass
+  // has read the partials before the next block's kernel writes them.
+  for (int64_t m0 = 0; m0 < p.M; m0 += kGemvRowMajorMaxRows) {
+    GemmProblem block = p;
+    block.A = p.A + m0 * p.lda;
+    block.C = p.C + m0 * p.ldc;
+    block.M = p.M - m0 < kGemvRowMajorMaxRows ? p.M - m0 : kGemvRowMajorMaxRows;
+    const cudaError_t err = launch_block(block, splits, partials, stream);
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
 }
 
 }  // namespace pygpukit

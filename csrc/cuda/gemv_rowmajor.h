@@ -1,5 +1,5 @@
 // The GEMM of a few rows of A on a row-major B: C[m, :] = epilogue(A[m, :]
-// @ B) for M = 1 to kGemvRowMajorMaxRows, B[K, N] stored row by row, i.e.
+// @ B) for M = 1 to kGemvRowMajorMaxM, B[K, N] stored row by row, i.e.
 // `x @ W` at decode-sized M for a weight kept [in, out] (GPT-2's Conv1D, a
 // hand-written `x @ W`). gemv.h's kernel reads a K-major weight; this one
 // reads B in place instead of packing it K-major first, which at a few rows
@@ -55,7 +55,7 @@ struct GemvRowMajorConfig {
 // What the dispatcher sizes with: every kRows has the same columns and steps.
 using GemvRowMajorShape = GemvRowMajorConfig<1>;
 
-// Requires batch == 1, 1 <= M <= kGemvRowMajorMaxRows, N, K >= 1, A
+// Requires batch == 1, 1 <= M <= kGemvRowMajorMaxM, N, K >= 1, A
 // row-major with each row contiguous along K, B row-major with B 16-byte
 // aligned and ldb a multiple of 4; for M > 1 also A 16-byte aligned and lda
 // a multiple of 4 (A is read in 16-byte chunks then; one row is read float
@@ -67,11 +67,18 @@ using GemvRowMajorShape = GemvRowMajorConfig<1>;
 // the splits in split order; no atomics. FP32 throughout, no TF32 rounding,
 // for every precision (see gemv.h). splits: 1 to kGemvRowMajorMaxSplits
 // K-ranges; with splits > 1, `partials` must hold splitk_partials_bytes
-// (splits, M, N) bytes. Returns cudaErrorInvalidValue for M or a splits
-// count out of range, or, for M > 1, A not 16-byte aligned.
-constexpr int kGemvRowMajorMaxRows = 16;
+// (splits, M, N) bytes. More than kGemvRowMajorMaxRows rows run in blocks
+// of that many, one launch (and pass over B) each, in row order, all at
+// the same `splits`. Returns
+// cudaErrorInvalidValue for M or a splits count out of range, or, for M >
+// 1, A not 16-byte aligned.
+constexpr int kGemvRowMajorMaxRows = 16;  // rows of A per CTA, at most
 static_assert(rows_per_cta(kGemvRowMajorMaxRows) == kGemvRowMajorMaxRows,
               "the largest M has its own rows per CTA");
+// Rows of A per call: 4 blocks. Beyond 16 rows only PYGPUKIT_KERNEL=gemv
+// reaches them (3xTF32's x @ W at M = 17-64 packs W on every call, and
+// blocks of the GEMV may cost less; not yet measured).
+constexpr int kGemvRowMajorMaxM = 4 * kGemvRowMajorMaxRows;
 constexpr int kGemvRowMajorMaxSplits = 32;
 cudaError_t launch_gemv_rowmajor(const GemmProblem& problem, int splits, float* partials,
                                  cudaStream_t stream);
