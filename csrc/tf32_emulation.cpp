@@ -27,18 +27,23 @@ at::Tensor emulated_matmul(const at::Tensor& a, const at::Tensor& b, Precision p
   if (precision == Precision::kTF32)
     return at::matmul(round_to_tf32(a).to(at::kDouble), round_to_tf32(b).to(at::kDouble));
   // 3xTF32: (big, big for the corrections, small) of each operand. As in the
-  // CUDA packing (pack_kmajor.cu), a finite x that rounds past FLT_MAX is
-  // truncated instead, so that big stays finite and x - big exact.
-  auto split = [](const at::Tensor& x) {
+  // CUDA split (tf32_split.cuh), a finite x that rounds past FLT_MAX is
+  // truncated instead, so that big stays finite and x - big exact, and its
+  // small part is truncated too, so that big + small stays finite.
+  auto truncate_to_tf32 = [](const at::Tensor& t) {
+    return t.contiguous().view(at::kInt).bitwise_and(static_cast<int32_t>(0xFFFFE000u)).view(at::kFloat);
+  };
+  auto split = [&](const at::Tensor& x) {
     const at::Tensor finite = x.isfinite();
     at::Tensor big = round_to_tf32(x);
-    big = at::where(finite & big.isinf(),
-                    x.contiguous().view(at::kInt).bitwise_and(static_cast<int32_t>(0xFFFFE000u)).view(at::kFloat),
-                    big);
+    const at::Tensor past_max = finite & big.isinf();
+    big = at::where(past_max, truncate_to_tf32(x), big);
+    const at::Tensor rest = x - big;
+    const at::Tensor small = at::where(past_max, truncate_to_tf32(rest), round_to_tf32(rest));
     const at::Tensor zero = at::zeros_like(x);
     return std::array<at::Tensor, 3>{big.to(at::kDouble),
                                      at::where(finite, big, zero).to(at::kDouble),
-                                     at::where(finite, round_to_tf32(x - big), zero).to(at::kDouble)};
+                                     at::where(finite, small, zero).to(at::kDouble)};
   };
   const auto [a_big, a_corr, a_small] = split(a);
   const auto [b_big, b_corr, b_small] = split(b);

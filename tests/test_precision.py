@@ -135,6 +135,13 @@ def test_tf32x3_near_float_max_stays_finite(device):
         assert torch.isfinite(out).all()
         torch.testing.assert_close(out.double(), matmul_reference(a, b), rtol=1e-6, atol=0)
         assert float(matmul_tf32(c, d, precision="tf32x3")) == 1.0
+        # FLT_MAX * 1: big + small must not round up to 2^128 (Inf).
+        e, one = torch.tensor([[fmax]], device=device), torch.ones(1, 1, device=device)
+        for x, y in ((e, one), (one, e), (-e, one)):
+            got = matmul_tf32(x, y, precision="tf32x3")
+            assert torch.isfinite(got).all(), (x, y, got)
+            torch.testing.assert_close(got.double(), matmul_reference(x, y), rtol=1e-6, atol=0)
+        assert torch.isfinite(linear_tf32(one, e, precision="tf32x3")).all()
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -162,6 +162,13 @@ def test_tf32x3_in_registers_special_values():
         d = torch.tensor([[0.0, 1.0, 0.0, 0.0]], device="cuda")
         assert "in registers" in kernel_info(c, d.mT, precision="tf32x3")
         assert float(matmul_tf32(c, d.mT, precision="tf32x3")[0, 0]) == 1.0
+        # FLT_MAX * 1 stays finite: big + small must not round up to 2^128.
+        e = torch.tensor([[fmax, 0.0, 0.0, 0.0]], device="cuda")
+        one = torch.tensor([[1.0, 0.0, 0.0, 0.0]], device="cuda")
+        for x, y in ((e, one), (one, e)):
+            assert "in registers" in kernel_info(x, y.mT, precision="tf32x3")
+            got = float(matmul_tf32(x, y.mT, precision="tf32x3")[0, 0])
+            assert got == pytest.approx(fmax, rel=1e-6), got
 
 
 @pytest.mark.parametrize("case", ["m17", "x_offset", "w_row_major"])

@@ -11,21 +11,22 @@ namespace pygpukit {
 // operand's small part: big for a finite x, 0 for Inf or NaN, whose small
 // part is 0 as well, so that Inf and NaN enter only big * big (0 * Inf in a
 // correction term would be NaN where torch.matmul gives Inf). A finite value
-// that would round past FLT_MAX is truncated instead, so big stays finite.
+// that would round past FLT_MAX is truncated instead, so big stays finite,
+// and so is its small part: rounded to nearest later (the kernels round
+// small to TF32 as they load it), x - big could round up by the step that
+// takes big + small to 2^128, and FLT_MAX * 1 would come out as Inf.
 struct Tf32Parts {
   float big, small, corr;
 };
 
-__device__ __forceinline__ float tf32_round_even(float x) {
-  const uint32_t bits = __float_as_uint(x);
-  const float rounded = __uint_as_float((bits + 0xFFFu + ((bits >> 13) & 1u)) & 0xFFFFE000u);
-  return isinf(rounded) ? __uint_as_float(bits & 0xFFFFE000u) : rounded;
-}
-
 __device__ __forceinline__ Tf32Parts tf32_split(float x) {
   if (!isfinite(x)) return {x, 0.0f, 0.0f};
-  const float big = tf32_round_even(x);
-  return {big, x - big, big};
+  constexpr uint32_t kTf32Bits = 0xFFFFE000u;  // sign, exponent, 10 mantissa bits
+  const uint32_t bits = __float_as_uint(x);
+  const float rounded = __uint_as_float((bits + 0xFFFu + ((bits >> 13) & 1u)) & kTf32Bits);
+  if (!isinf(rounded)) return {rounded, x - rounded, rounded};
+  const float big = __uint_as_float(bits & kTf32Bits);
+  return {big, __uint_as_float(__float_as_uint(x - big) & kTf32Bits), big};
 }
 
 }  // namespace pygpukit
