@@ -176,10 +176,12 @@ def _check_defined(op: str, **tensors) -> None:
 
 @torch.library.register_fake("pygpukit::matmul_tf32")
 def _(a, b, *, precision=None):
+    # The C++ operator's checks in its order: the tensors, then the precision.
     _check_defined("matmul_tf32", a=a, b=b)
+    shape = _matmul_shape(a, b)
     _check_precision("matmul_tf32", precision)
     # Contiguous, exactly like the CUDA and CPU kernels' results.
-    return a.new_empty(_matmul_shape(a, b))
+    return a.new_empty(shape)
 
 
 def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
@@ -225,18 +227,16 @@ def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
 
 @torch.library.register_fake("pygpukit::linear_tf32")
 def _(x, weight, bias=None, activation="none", *, precision=None):
+    # check_linear_args (csrc/linear_args.cpp) in its order, then the
+    # activation and the precision, so that a bad call fails here as it
+    # fails in eager mode: a weight passed as [in_features, out_features] is
+    # named as such, not blamed on a bias that matches its true out_features.
     _check_defined("linear_tf32", x=x, weight=weight)
-    _check_precision("linear_tf32", precision)
-    torch._check_value(activation in ACTIVATIONS,
-                       lambda: f"linear_tf32: unknown activation '{activation}'; expected one of "
-                               + ", ".join(f"'{a}'" for a in ACTIVATIONS))
     tensors = [x, weight] + ([bias] if bias is not None else [])
     torch._check(x.dim() >= 1, lambda: "linear_tf32: x needs at least 1 dimension, got a 0-d tensor")
     torch._check(weight.dim() == 2,
                  lambda: f"linear_tf32: expected weight of shape [out_features, in_features], got shape "
                          f"{list(weight.shape)}")
-    torch._check(bias is None or (bias.dim() == 1 and bias.shape[0] == weight.shape[0]),
-                 lambda: f"linear_tf32: expected bias of shape [{weight.shape[0]}], got shape {list(bias.shape)}")
     torch._check(all(t.dtype == torch.float32 for t in tensors),
                  lambda: f"linear_tf32: expected float32 tensors, got dtypes {[t.dtype for t in tensors]}")
     torch._check(all(t.device == x.device for t in tensors),
@@ -244,6 +244,14 @@ def _(x, weight, bias=None, activation="none", *, precision=None):
                          f"{[str(t.device) for t in tensors]}")
     torch._check(x.shape[-1] == weight.shape[1],
                  lambda: f"linear_tf32: x's last dimension must equal weight's in_features: x has shape "
-                         f"{list(x.shape)} and weight has shape {list(weight.shape)}")
+                         f"{list(x.shape)} and weight has shape {list(weight.shape)} (x.size(-1) = "
+                         f"{x.shape[-1]} but weight.size(1) = {weight.shape[1]})")
+    torch._check(bias is None or (bias.dim() == 1 and bias.shape[0] == weight.shape[0]),
+                 lambda: f"linear_tf32: expected bias of shape [{weight.shape[0]}] (weight.size(0), the "
+                         f"out_features), got shape {list(bias.shape)}")
+    torch._check_value(activation in ACTIVATIONS,
+                       lambda: f"linear_tf32: unknown activation '{activation}'; expected one of "
+                               + ", ".join(f"'{a}'" for a in ACTIVATIONS))
+    _check_precision("linear_tf32", precision)
     # Contiguous, exactly like the CUDA and CPU kernels' results.
     return x.new_empty(tuple(x.shape[:-1]) + (weight.shape[0],))

@@ -62,6 +62,31 @@ def test_unknown_precision(device):
         matmul_tf32(a, a, precision="fp16")
 
 
+@pytest.mark.parametrize("device", DEVICES + ["meta"])
+def test_several_problems_report_the_first_as_eager_does(device):
+    """Meta tensors (the fake implementations) check in the C++ order, so
+    a call with more than one problem names the same one everywhere: a
+    transposed weight as such (not its bias), shapes before the precision,
+    the arguments before the activation."""
+    x, w, b = (torch.ones(s, device=device) for s in ((2, 3), (4, 3), (4,)))
+    with pytest.raises(RuntimeError, match="x's last dimension must equal weight's in_features.*"
+                                           + re.escape("(x.size(-1) = 3 but weight.size(1) = 4)")):
+        linear_tf32(x, w.T, b)
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        torch.ops.pygpukit.matmul_tf32(x, x, precision="fp16")
+    with pytest.raises(RuntimeError, match="expected bias of shape"):
+        torch.ops.pygpukit.linear_tf32(x, w, torch.ones(3, device=device), "bogus", precision="fp16")
+    with pytest.raises(ValueError, match="unknown activation"):
+        torch.ops.pygpukit.linear_tf32(x, w, b, "bogus", precision="fp16")
+
+
+def test_torch_compile_names_a_transposed_weight():
+    x, w, b = torch.randn(2, 3), torch.randn(4, 3), torch.randn(4)
+    compiled = torch.compile(lambda x, w, b: linear_tf32(x, w.T, b), backend="aot_eager")
+    with pytest.raises(RuntimeError, match="x's last dimension must equal weight's in_features"):
+        compiled(x, w, b)
+
+
 def test_torch_compile_quotes_the_eager_error():
     # Dynamo turns every error of a fake implementation into a RuntimeError
     # of its own; the one quoted must still be eager's ValueError.
