@@ -175,10 +175,13 @@ void check_no_tangent(const char* op, std::initializer_list<const at::Tensor*> i
 }
 
 // Outside grad mode, or when no input requires grad, no graph is recorded
-// and nothing is saved: straight to the kernel below autograd.
+// and nothing is saved: straight to the kernel below autograd. So does a
+// None operand (an undefined tensor), whose argument checks there name it
+// (no graph node can be built around it).
 at::Tensor matmul_tf32_autograd(const at::Tensor& a, const at::Tensor& b, PrecisionArg precision) {
   check_no_tangent("matmul_tf32", {&a, &b});
-  if (torch::autograd::compute_requires_grad(a, b)) return MatmulTF32::apply(a, b, precision);
+  if (a.defined() && b.defined() && torch::autograd::compute_requires_grad(a, b))
+    return MatmulTF32::apply(a, b, precision);
   return call_below_autograd(matmul_tf32_op(), a, b, precision);
 }
 
@@ -187,7 +190,7 @@ at::Tensor linear_tf32_autograd(const at::Tensor& x, const at::Tensor& weight,
                                 PrecisionArg precision) {
   const at::Tensor none;
   check_no_tangent("linear_tf32", {&x, &weight, bias.has_value() ? &*bias : &none});
-  if (torch::autograd::compute_requires_grad(x, weight, bias))
+  if (x.defined() && weight.defined() && torch::autograd::compute_requires_grad(x, weight, bias))
     return LinearTF32::apply(x, weight, bias, activation, precision);
   return call_below_autograd(linear_tf32_op(), x, weight, bias, activation, precision);
 }

@@ -20,7 +20,7 @@ one it cannot work (Dynamo cannot trace the environment write), and
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import Iterator, Optional
 
 from ._env import environment_variable
 
@@ -30,7 +30,7 @@ _ENV = "PYGPUKIT_KERNEL"
 
 
 @contextlib.contextmanager
-def force_kernel(kernel: str) -> Iterator[None]:
+def force_kernel(kernel: Optional[str]) -> Iterator[None]:
     """Run every pygpukit GEMM inside the block on ``kernel``.
 
     Args:
@@ -59,7 +59,10 @@ def force_kernel(kernel: str) -> Iterator[None]:
             of a row-major weight and 4 of a K-major one in TF32; 16 and
             8 in 3xTF32; 16 on both in FP32).
             ``fma``: the FP32 CUDA-core kernel. ``auto``: the dispatcher's
-            choice.
+            choice. ``None``: the block changes nothing (whatever
+            ``PYGPUKIT_KERNEL`` says stays in force), as for
+            :func:`pygpukit_torch.default_precision`, so
+            ``with force_kernel(args.kernel):`` works when none was given.
 
     Raises:
         ValueError: an unknown kernel name.
@@ -76,6 +79,9 @@ def force_kernel(kernel: str) -> Iterator[None]:
     (tensor-core kernels do not compute in FP32); CPU tensors are not
     affected.
     """
+    if kernel is None:
+        yield
+        return
     if kernel not in KERNELS:
         raise ValueError(f"force_kernel: unknown kernel {kernel!r}; expected one of {', '.join(KERNELS)}")
     with environment_variable(_ENV, kernel, caller="force_kernel"):

@@ -28,12 +28,16 @@ FilterFn = Callable[[nn.Module, str], bool]
 Policy = Callable[[nn.Linear, str], Optional[str]]
 
 
-def _check_options(activation: str, precision: Optional[str], caller: str = "TF32Linear") -> None:
+def _check_options(activation: Optional[str], precision: Optional[str], caller: str = "TF32Linear") -> str:
+    """The activation's name (None: "none") once it and the precision are known."""
+    if activation is None:
+        activation = "none"
     if activation not in ACTIVATIONS:
         raise ValueError(f"{caller}: unknown activation {activation!r}; expected one of "
                          + ", ".join(repr(a) for a in ACTIVATIONS))
     if precision is not None and precision not in PRECISIONS:
         raise ValueError(f"{caller}: precision must be 'tf32', 'tf32x3', 'ieee' or None, got {precision!r}")
+    return activation
 
 
 class TF32Linear(nn.Linear):
@@ -48,8 +52,9 @@ class TF32Linear(nn.Linear):
 
     Args:
         in_features, out_features, bias, device, dtype: as ``nn.Linear``.
-        activation: ``"none"`` (default), ``"relu"``, ``"gelu"``,
-            ``"gelu_tanh"`` or ``"silu"``, applied after the bias.
+        activation: ``"none"`` (default; ``None`` means the same),
+            ``"relu"``, ``"gelu"``, ``"gelu_tanh"`` or ``"silu"``, applied
+            after the bias.
         precision: ``"tf32"``, ``"tf32x3"``, ``"ieee"`` or ``None``, as for
             matmul_tf32.
 
@@ -63,8 +68,8 @@ class TF32Linear(nn.Linear):
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
-                 activation: str = "none", precision: Optional[str] = None):
-        _check_options(activation, precision)
+                 activation: Optional[str] = "none", precision: Optional[str] = None):
+        activation = _check_options(activation, precision)
         if dtype is not None and dtype != torch.float32:
             raise ValueError(f"TF32Linear: parameters must be float32 (the op's only dtype), got dtype={dtype}")
         # float32 whatever torch.get_default_dtype() is.
@@ -86,11 +91,11 @@ class TF32Linear(nn.Linear):
         return extra
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, *, activation: str = "none",
+    def from_linear(cls, linear: nn.Linear, *, activation: Optional[str] = "none",
                     precision: Optional[str] = None) -> "TF32Linear":
         """A TF32Linear around the very same Parameter objects as `linear`
         (tied weights stay tied; optimizers holding them keep working)."""
-        _check_options(activation, precision)
+        activation = _check_options(activation, precision)
         return _around_same_parameters(cls, linear, activation=activation, precision=precision)
 
     def to_linear(self) -> nn.Linear:
@@ -328,9 +333,13 @@ def unswap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None) ->
     ``nn.Identity`` that activation fusion left. A TF32Linear with an activation that swap_linear_ did not
     fuse has no module to restore it to and stays (a warning is logged).
 
+    The ``pygpukit_swap_report`` that swap_linear_ left on `model` is
+    removed: it describes a swap that no longer holds.
+
     Returns `model`, or the new nn.Linear when `model` itself is a TF32Linear.
     """
     replacements: Dict[int, nn.Module] = {}
+    model.__dict__.pop("pygpukit_swap_report", None)
 
     def restore(module: TF32Linear, fqn: str, parent: Optional[nn.Module], next_name: Optional[str]) -> nn.Module:
         if filter_fn is not None and not filter_fn(module, fqn):

@@ -47,6 +47,17 @@ def _check_wrapper_args(op: str, precision, optional=(), **tensors) -> None:
                         f"got {type(precision).__name__} {precision!r}")
 
 
+def _activation_name(op: str, activation) -> str:
+    """None means no activation ("none"); a value that is not a string gets
+    a TypeError naming it (the schema's own type error names neither)."""
+    if activation is None:
+        return "none"
+    if not isinstance(activation, str):
+        raise TypeError(f"{op}: activation must be one of {', '.join(map(repr, ACTIVATIONS))} or None, "
+                        f"got {type(activation).__name__} {activation!r}")
+    return activation
+
+
 def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = None) -> torch.Tensor:
     """``a @ b`` for float32 tensors on TF32 tensor cores.
 
@@ -97,9 +108,11 @@ def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
 
     Raises:
         RuntimeError: 0-D operands, a dtype other than float32, operands on
-            different devices, or shapes that cannot be multiplied/broadcast.
+            different devices, shapes that cannot be multiplied/broadcast,
+            or a sparse, nested or quantized operand.
         ValueError: an unknown ``precision``.
-        TypeError: a ``precision`` that is not a string or None.
+        TypeError: an operand that is not a tensor (None included), or a
+            ``precision`` that is not a string or None.
     """
     _check_wrapper_args("matmul_tf32", precision, a=a, b=b)
     return torch.ops.pygpukit.matmul_tf32.default(a, b, precision=precision)
@@ -185,7 +198,7 @@ def _(a, b, *, precision=None):
 
 
 def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
-                activation: str = "none", *, precision: Optional[str] = None) -> torch.Tensor:
+                activation: Optional[str] = "none", *, precision: Optional[str] = None) -> torch.Tensor:
     """``act(x @ weight.T + bias)``, :func:`torch.nn.functional.linear` plus an
     activation, fused on TF32 tensor cores.
 
@@ -200,8 +213,9 @@ def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
             column-major 2-D views are read in place; other strides cost one copy.
         weight: float32 ``[out_features, in_features]``, as nn.Linear stores it.
         bias: float32 ``[out_features]`` or ``None``.
-        activation: ``"none"``, ``"relu"``, ``"gelu"`` (erf form, F.gelu's
-            default), ``"gelu_tanh"`` (``F.gelu(approximate="tanh")``) or ``"silu"``.
+        activation: ``"none"`` (or ``None``), ``"relu"``, ``"gelu"`` (erf
+            form, F.gelu's default), ``"gelu_tanh"``
+            (``F.gelu(approximate="tanh")``) or ``"silu"``.
         precision: as for :func:`matmul_tf32`.
 
     Returns:
@@ -217,11 +231,15 @@ def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
     Raises:
         RuntimeError: a 0-D x, a weight that is not 2-D, a bias that is not
             ``[out_features]``, a dtype other than float32, tensors on
-            different devices, or ``x.shape[-1] != weight.shape[1]``.
+            different devices, ``x.shape[-1] != weight.shape[1]``, or a
+            sparse, nested or quantized tensor.
         ValueError: an unknown ``activation`` or ``precision``.
-        TypeError: a ``precision`` that is not a string or None.
+        TypeError: x or weight not a tensor (None included), a bias that is
+            neither a tensor nor None, or an ``activation`` or ``precision``
+            that is not a string or None.
     """
     _check_wrapper_args("linear_tf32", precision, optional=("bias",), x=x, weight=weight, bias=bias)
+    activation = _activation_name("linear_tf32", activation)
     return torch.ops.pygpukit.linear_tf32.default(x, weight, bias, activation, precision=precision)
 
 

@@ -153,6 +153,13 @@ def test_none_for_a_tensor():
     with pytest.raises(RuntimeError, match="linear_tf32: expected tensors, got None for weight"):
         torch.ops.pygpukit.linear_tf32(a, None)
     assert torch.equal(linear_tf32(a, a, None), a @ a)  # a None bias is no bias
+    # ... also when the other operand requires grad (the autograd kernel
+    # leaves a None to the checks below it).
+    g = torch.ones(2, 2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="matmul_tf32: expected tensors, got None for b"):
+        torch.ops.pygpukit.matmul_tf32(g, None)
+    with pytest.raises(RuntimeError, match="linear_tf32: expected tensors, got None for weight"):
+        torch.ops.pygpukit.linear_tf32(g, None)
     # The same on meta tensors, which the fake implementations serve.
     m = torch.empty(2, 2, device="meta")
     with pytest.raises(RuntimeError, match="matmul_tf32: expected tensors, got None for a"):
@@ -161,6 +168,16 @@ def test_none_for_a_tensor():
         torch.ops.pygpukit.linear_tf32(m, None)
     with pytest.raises(RuntimeError, match="matmul_tf32: expected tensors, got None for b"):
         torch.ops.pygpukit.matmul_kernel_info(m, None)
+
+
+def test_activation_none_or_of_another_type():
+    a = torch.randn(2, 3)
+    w = torch.randn(4, 3)
+    assert torch.equal(linear_tf32(a, w, None, None), linear_tf32(a, w))  # None: no activation
+    with pytest.raises(TypeError, match="linear_tf32: activation must be one of 'none', .* or None, got int 1"):
+        linear_tf32(a, w, None, 1)
+    with pytest.raises(TypeError, match="activation must be .* got GELU"):
+        linear_tf32(a, w, None, torch.nn.GELU())
 
 
 def test_precision_of_another_type():

@@ -62,6 +62,7 @@ def test_swap_keeps_outputs_parameters_and_state_dict(device):
     assert list(model.state_dict()) == keys
     assert rel_error(model(x), ref) < TF32_MODEL_TOLERANCE
     assert unswap_linear_(model) is model
+    assert not hasattr(model, "pygpukit_swap_report")  # it described the swap undone
     assert type(model.proj[0]) is nn.Linear and type(model.by_name["out"]) is nn.Linear
     assert all(p is params[n] for n, p in model.named_parameters())
 
@@ -182,6 +183,9 @@ def test_tf32linear_module():
         TF32Linear(6, 5, activation="tanh")
     with pytest.raises(ValueError, match="precision must be"):
         TF32Linear(6, 5, precision="fp16")
+    # None: no activation, as for linear_tf32.
+    assert TF32Linear(6, 5, activation=None).activation == "none"
+    assert TF32Linear.from_linear(nn.Linear(6, 5), activation=None).activation == "none"
 
 
 # ---- activation fusion -------------------------------------------------------------------------

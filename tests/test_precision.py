@@ -189,6 +189,13 @@ def test_default_precision_context_manager(device):
     with pygpukit_torch.default_precision(None):
         assert rel_error(matmul_tf32(a, b), ref) > 2e-6
     assert "PYGPUKIT_PRECISION" not in os.environ
+    # force_kernel(None) likewise changes nothing.
+    with pygpukit_torch.force_kernel("fma"):
+        with pygpukit_torch.force_kernel(None):
+            assert os.environ["PYGPUKIT_KERNEL"] == "fma"
+    outside = os.environ.get("PYGPUKIT_KERNEL")
+    with pygpukit_torch.force_kernel(None):
+        assert os.environ.get("PYGPUKIT_KERNEL") == outside
 
 
 def test_default_precision_and_torch_compile():
