@@ -2,10 +2,13 @@
 #include <optional>
 #include "matmul_args.h"
 
+#include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <string>
 
 #include <c10/util/Exception.h>
+#include <c10/util/safe_numerics.h>
 
 #include "error_format.h"
 
@@ -53,6 +56,19 @@ MatmulShapes check_matmul_args(const at::Tensor& a, const at::Tensor& b) {
   s.out = s.batch;
   if (a.dim() >= 2) s.out.push_back(s.M);
   if (b.dim() >= 2) s.out.push_back(s.N);
+  // The result's elements must be countable in int64_t (expanded operands
+  // can describe more), as torch.matmul checks before allocating; an empty
+  // result is fine whatever its other sizes.
+  uint64_t numel = 1;
+  bool overflow = false, empty = false;
+  for (const int64_t d : s.out) {
+    overflow |= c10::mul_overflows(numel, uint64_t(d), &numel);
+    empty |= d == 0;
+  }
+  TORCH_CHECK(empty || (!overflow && numel <= uint64_t(std::numeric_limits<int64_t>::max())),
+              "matmul_tf32: the result of a with shape ",
+              shape(a.sizes()), " and b with shape ", shape(b.sizes()), " would have shape ", shape(s.out),
+              ", more elements than int64_t can count");
   return s;
 }
 

@@ -1,7 +1,10 @@
 """Bad input gets a clear error naming the problem, the same on meta tensors
 (the fake implementation torch.compile traces with) as on real ones."""
 
+import os
 import re
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -53,6 +56,27 @@ def test_batch_broadcast_failure(device):
                                                      "[2, 3, 4, 5] and b has shape [7, 5, 6] (3 vs 7 at batch "
                                                      "dimension 1)")):
         matmul_tf32(a, b)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="caps the child's address space with RLIMIT_AS")
+def test_result_too_large_to_count():
+    """Expanded operands can describe a result of 2^64 elements: an error
+    before anything is allocated, as torch.matmul gives, not an attempt to
+    materialize the inputs (run in a child capped at 8 GB of address space,
+    so that a regression fails here instead of exhausting the machine)."""
+    code = """if True:
+        import resource, torch, pygpukit_torch
+        resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+        a = torch.zeros(1, 1, 1, 1).expand(2 ** 32, 1, 1, 1)
+        b = torch.zeros(1, 1, 1).expand(2 ** 32, 1, 1)
+        try:
+            pygpukit_torch.matmul_tf32(a, b)
+        except RuntimeError as e:
+            print(e)
+    """
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    assert "more elements than int64_t can count" in done.stdout, (done.stdout, done.stderr)
 
 
 @pytest.mark.parametrize("device", DEVICES + ["meta"])
