@@ -10,15 +10,18 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
+#include <string>
+
 #include "op_handles.h"
 
 namespace pygpukit {
 namespace {
 
 // t cast to float32 if autocast would have lowered it (float16, bfloat16);
-// any other dtype is left for the operator's own dtype check.
+// any other dtype, and a None (undefined) tensor, is left for the
+// operator's own checks.
 at::Tensor float32_if_lowered(const at::Tensor& t) {
-  const bool lowered = t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
+  const bool lowered = t.defined() && (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16);
   return lowered ? t.to(at::kFloat) : t;
 }
 
@@ -37,10 +40,17 @@ at::Tensor linear_tf32_autocast(const at::Tensor& x, const at::Tensor& weight,
                                activation, precision);
 }
 
+// What matmul_tf32 would run for the same call inside the region.
+std::string matmul_kernel_info_autocast(const at::Tensor& a, const at::Tensor& b, PrecisionArg precision) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  return matmul_kernel_info_op().call(float32_if_lowered(a), float32_if_lowered(b), precision);
+}
+
 // The same kernels serve every autocast device.
 void register_autocast_kernels(torch::Library& m) {
   m.impl("matmul_tf32", &matmul_tf32_autocast);
   m.impl("linear_tf32", &linear_tf32_autocast);
+  m.impl("matmul_kernel_info", &matmul_kernel_info_autocast);
 }
 
 }  // namespace

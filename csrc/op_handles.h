@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -30,6 +31,13 @@ inline const c10::TypedOperatorHandle<MatmulSignature>& matmul_tf32_op() {
 
 inline const c10::TypedOperatorHandle<LinearSignature>& linear_tf32_op() {
   static const auto op = find_op<LinearSignature>("pygpukit::linear_tf32");
+  return op;
+}
+
+using KernelInfoSignature = std::string(const at::Tensor&, const at::Tensor&, PrecisionArg);
+
+inline const c10::TypedOperatorHandle<KernelInfoSignature>& matmul_kernel_info_op() {
+  static const auto op = find_op<KernelInfoSignature>("pygpukit::matmul_kernel_info");
   return op;
 }
 

@@ -220,6 +220,8 @@ def test_autocast_runs_the_ops_in_float32(device, dtype):
         lin = pygpukit_torch.linear_tf32(a, w, b, "gelu")
         with pytest.raises(RuntimeError, match="expected float32 tensors"):
             matmul_tf32(a.detach().double(), w.detach().double().mT)
+        # kernel_info names what the call runs, on the inputs cast up.
+        assert pygpukit_torch.kernel_info(a, w.mT) == pygpukit_torch.kernel_info(a.detach().float(), w.mT)
         compiled = torch.compile(lambda x, y: matmul_tf32(x, y), backend="aot_eager", fullgraph=True)
         mm_compiled = compiled(a.detach(), w.detach().mT)
     assert mm.dtype == lin.dtype == mm_compiled.dtype == torch.float32
