@@ -155,16 +155,21 @@ def _matmul_shape(a: torch.Tensor, b: torch.Tensor) -> list:
                          f"{list(b.shape)} (a.size(-1) = {a.shape[-1]} but b.size({0 if b.dim() == 1 else -2}) = "
                          f"{k_b})")
     # Broadcast the batch dimensions, aligned from the right, as check_matmul_args
-    # does (torch.broadcast_shapes' own error would name neither the op nor a and b).
+    # does: with torch's own broadcasting, which also takes sizes known only at
+    # run time (data-dependent ones under torch.compile) without guarding on
+    # them; where it fails, the named error (its own names neither the op nor
+    # a and b).
     n_batch = max(a.dim() - 2, b.dim() - 2, 0)
     a_batch = [1] * (n_batch - max(a.dim() - 2, 0)) + list(a.shape[:-2])
     b_batch = [1] * (n_batch - max(b.dim() - 2, 0)) + list(b.shape[:-2])
-    out = []
-    for i, (sa, sb) in enumerate(zip(a_batch, b_batch)):
-        torch._check(sa == sb or sa == 1 or sb == 1,
-                     lambda: f"matmul_tf32: batch dimensions cannot be broadcast: a has shape {list(a.shape)} and "
-                             f"b has shape {list(b.shape)} ({sa} vs {sb} at batch dimension {i})")
-        out.append(sb if sa == 1 else sa)
+    try:
+        out = list(torch.broadcast_shapes(tuple(a_batch), tuple(b_batch)))
+    except RuntimeError:
+        for i, (sa, sb) in enumerate(zip(a_batch, b_batch)):
+            torch._check(sa == sb or sa == 1 or sb == 1,
+                         lambda: f"matmul_tf32: batch dimensions cannot be broadcast: a has shape {list(a.shape)} "
+                                 f"and b has shape {list(b.shape)} ({sa} vs {sb} at batch dimension {i})")
+        raise
     if a.dim() >= 2:
         out = out + [a.shape[-2]]
     if b.dim() >= 2:

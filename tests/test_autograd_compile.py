@@ -4,6 +4,7 @@ precision switch of pygpukit::matmul_tf32."""
 import os
 import subprocess
 import sys
+import unittest.mock
 
 import pytest
 import torch
@@ -204,6 +205,21 @@ def test_force_kernel_and_torch_compile(device):
     with pygpukit_torch.force_kernel("fma"):
         expected = matmul_tf32(a, b)
     assert torch.equal(torch.compile(f, backend="aot_eager")(a, b), expected)
+
+
+def test_torch_compile_data_dependent_batch_size():
+    """A batch size known only at run time (a boolean mask's count) broadcasts
+    under torch.compile as torch.matmul's does."""
+    def f(x, b, mm):
+        return mm(x.reshape(10, 1, 1, 4)[x[:, 0] > 0], b)
+
+    x, b = torch.randn(10, 4), torch.randn(3, 4, 2)
+    with unittest.mock.patch.object(torch._dynamo.config, "capture_dynamic_output_shape_ops", True):
+        torch._dynamo.reset()
+        out = torch.compile(f, backend="aot_eager", fullgraph=True)(x, b, matmul_tf32)
+    ref = f(x.double(), b.double(), torch.matmul)
+    assert out.shape == ref.shape
+    assert rel_error(out, ref) < 1e-3
 
 
 @pytest.mark.parametrize("device", DEVICES)
