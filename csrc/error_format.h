@@ -19,4 +19,18 @@ inline std::string shape(c10::IntArrayRef sizes) {
   return s + "]";
 }
 
+// Bytes from outside Python (an environment variable) with those that are
+// not printable ASCII written as \xNN: the message reaches Python as str,
+// and bytes that are not UTF-8 would turn the error into a UnicodeDecodeError.
+inline std::string printable(const char* text) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string s;
+  for (const char* c = text; *c != '\0'; ++c) {
+    const auto b = static_cast<unsigned char>(*c);
+    if (b >= 0x20 && b < 0x7f) s += *c;
+    else s += std::string("\\x") + kHex[b >> 4] + kHex[b & 15];
+  }
+  return s;
+}
+
 }  // namespace pygpukit

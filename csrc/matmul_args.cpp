@@ -91,7 +91,7 @@ Precision parse_precision(std::optional<c10::string_view> precision, const char*
       const auto p = precision_named(env);
       TORCH_CHECK_VALUE(p.has_value(), op,
                         ": the environment variable PYGPUKIT_PRECISION must be 'tf32', 'tf32x3' "
-                        "or 'ieee', got '", env, "'");
+                        "or 'ieee', got '", printable(env), "'");
       return *p;
     }
     // PYGPUKIT_ALLOW_TF32 = 0 / false / no / off (any case) disallows TF32.

@@ -247,6 +247,11 @@ def test_precision_environment_variable():
     assert float(run_with("ieee").stdout) == 2 ** -11 + 2 ** -12
     bad = run_with("fp16")
     assert bad.returncode != 0 and "PYGPUKIT_PRECISION must be 'tf32', 'tf32x3' or 'ieee', got 'fp16'" in bad.stderr
+    # Bytes that are not UTF-8 are named, escaped (not a UnicodeDecodeError).
+    if sys.platform == "linux":
+        env = {**os.environb, b"PYGPUKIT_PRECISION": b"tf\xff32"}
+        bad = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert "ValueError" in bad.stderr and "got 'tf\\xff32'" in bad.stderr, bad.stderr
 
 
 @pytest.mark.parametrize("device", DEVICES + ["meta"])
