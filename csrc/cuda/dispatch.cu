@@ -294,9 +294,6 @@ int64_t few_rows_gemv_max_m(const GemmProblem& p, Precision precision) {
   if (gemv_rowmajor_runs(p)) return unsplit_tf32x3 ? 16 : 8;
   return unsplit_tf32x3 ? 8 : 4;
 }
-bool few_rows_gemv_preferred(const GemmProblem& p, Precision precision) {
-  return few_rows_gemv_runs(p) && p.M <= few_rows_gemv_max_m(p, precision);
-}
 
 // One row of A: the GEMV for the weight's layout, K-major or row-major.
 bool single_row_runs(const GemmProblem& p) {
@@ -387,10 +384,12 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   // forced. FP32 precision otherwise never uses tensor cores: the FMA kernel.
   const bool gemv = single_row_runs(p);
   if (gemv && (forced == "auto" || forced == "gemv")) return single_row_choice(p, d);
-  // 2 to 16 rows of A: the few-rows GEMVs, always when forced, unforced
-  // where they win (few_rows_gemv_max_m).
-  const bool few_rows = few_rows_gemv_preferred(p, precision);
-  if (few_rows_gemv_runs(p) && (forced == "gemv" || (forced == "auto" && few_rows)))
+  // 2 to 16 rows of A (up to 64 on a row-major weight, forced): the
+  // few-rows GEMVs, always when forced, unforced where they win
+  // (few_rows_gemv_max_m).
+  const bool few_rows_run = few_rows_gemv_runs(p);
+  const bool few_rows = few_rows_run && p.M <= few_rows_gemv_max_m(p, precision);
+  if (few_rows_run && (forced == "gemv" || (forced == "auto" && few_rows)))
     return few_rows_gemv_choice(p, d);
   if (precision == Precision::kIEEE) return {Kernel::kFma};
   const bool vec16 = aligned16(p.A, p.lda, p.batch_stride_a) &&
