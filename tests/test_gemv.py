@@ -481,7 +481,7 @@ def test_few_rows_linear_epilogue(m, n, k, bias, activation, layout):
 
 # The largest M at which the automatic choice takes the few-rows GEMV
 # (dispatch.cu, few_rows_gemv_max_m), by weight layout and precision.
-AUTO_MAX_M = {("row-major", "tf32"): 8, ("row-major", "tf32x3"): 16, ("row-major", "ieee"): 16,
+AUTO_MAX_M = {("row-major", "tf32"): 8, ("row-major", "tf32x3"): 48, ("row-major", "ieee"): 64,
               ("K-major", "tf32"): 4, ("K-major", "tf32x3"): 8, ("K-major", "ieee"): 16}
 
 

@@ -171,6 +171,26 @@ def test_tf32x3_in_registers_special_values():
             assert got == pytest.approx(fmax, rel=1e-6), got
 
 
+def test_tf32x3_in_registers_special_value_blocks_match_plain_ones():
+    """A block of K holding an Inf, a NaN or a value near FLT_MAX takes the
+    full split for its warp (a lane's special value sends the whole warp),
+    the other blocks the short one. Both give the same parts for ordinary
+    values: every output the special values do not reach is bitwise what
+    it is without them."""
+    x, w = rows(16, 4096), rows(64, 4096)
+    with pygpukit_torch.force_kernel("skinny"):
+        assert "in registers" in kernel_info(x, w.mT, precision="tf32x3")
+        plain = matmul_tf32(x, w.mT, precision="tf32x3")
+        x2, w2 = x.clone(), w.clone()
+        x2[3, 2000], w2[5, 1000], w2[40, 77] = float("nan"), float("inf"), torch.finfo(torch.float32).max
+        special = matmul_tf32(x2, w2.mT, precision="tf32x3")
+    reached = torch.zeros_like(plain, dtype=torch.bool)
+    reached[3, :], reached[:, 5], reached[:, 40] = True, True, True
+    assert torch.equal(special[~reached], plain[~reached])
+    assert special[3].isnan().all() and special[:, 5].isinf().logical_or(special[:, 5].isnan()).all()
+    assert torch.isfinite(special[~reached]).all()
+
+
 @pytest.mark.parametrize("case", ["m17", "x_offset", "w_row_major"])
 def test_forced_skinny_falls_back(case):
     x, w = rows(16, 64), rows(40, 64)

@@ -283,15 +283,21 @@ Choice few_rows_gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
 // - K-major, TF32 (skinny): 1.07-1.13x at M = 2 and 4, 0.79-0.92x at M = 8;
 // - either layout, FP32 ("ieee"): the FMA kernel took 498-1931 us, up to 31x
 //   the GEMVs, 2.7x at the least (M = 16).
+// Above 16 rows the row-major GEMV runs blocks of 16, one pass over W each
+// (session 11, same weights, GEMV vs the staged 3xTF32 path / the FMA
+// kernel): 32 rows 79-248 vs 140-450 / 532-1970 us, 48 rows 119-370 vs
+// 141-450 / 541-1988, 64 rows 159-494 vs 142-454 / 547-2009. So 3xTF32
+// takes it up to 48 rows (1.19-1.33x there), FP32 up to 64 (3.4-6.7x).
 // The cost of a rows-per-CTA tier does not depend on M within it (rows past
 // M do full work), so each limit is a tier's top. 3xTF32's packed parts
 // (split3_parts: three products over 3K columns) compare as TF32 does.
 // Measured on the H200 only.
 static_assert(kGemvRowsMaxRows == kGemvRowMajorMaxRows, "both GEMVs compute up to 16 rows at once");
 int64_t few_rows_gemv_max_m(const GemmProblem& p, Precision precision) {
-  if (precision == Precision::kIEEE) return kGemvRowsMaxRows;
+  const bool row_major = gemv_rowmajor_runs(p);
+  if (precision == Precision::kIEEE) return row_major ? kGemvRowMajorMaxM : kGemvRowsMaxRows;
   const bool unsplit_tf32x3 = precision == Precision::kTF32x3 && !p.split3_parts;
-  if (gemv_rowmajor_runs(p)) return unsplit_tf32x3 ? 16 : 8;
+  if (row_major) return unsplit_tf32x3 ? 3 * kGemvRowMajorMaxRows : 8;
   return unsplit_tf32x3 ? 8 : 4;
 }
 

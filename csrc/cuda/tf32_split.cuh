@@ -19,13 +19,28 @@ struct Tf32Parts {
   float big, small, corr;
 };
 
-__device__ __forceinline__ Tf32Parts tf32_split(float x) {
-  if (!isfinite(x)) return {x, 0.0f, 0.0f};
-  constexpr uint32_t kTf32Bits = 0xFFFFE000u;  // sign, exponent, 10 mantissa bits
+constexpr uint32_t kTf32Bits = 0xFFFFE000u;  // sign, exponent, 10 mantissa bits
+
+// A value below this magnitude is finite and its rounding to nearest TF32
+// cannot carry past FLT_MAX (0x7F7FF000 is the first that would), so its
+// split needs none of the special cases; in practice that is every value,
+// and kernels that test for it once per fragment run the short form
+// (tf32_split_plain) and keep tf32_split for fragments that need it.
+__device__ __forceinline__ bool tf32_split_is_plain(float x) {
+  return fabsf(x) < __uint_as_float(0x7F7FF000u);
+}
+
+// tf32_split(x) for an x with tf32_split_is_plain(x): the same parts.
+__device__ __forceinline__ Tf32Parts tf32_split_plain(float x) {
   const uint32_t bits = __float_as_uint(x);
-  const float rounded = __uint_as_float((bits + 0xFFFu + ((bits >> 13) & 1u)) & kTf32Bits);
-  if (!isinf(rounded)) return {rounded, x - rounded, rounded};
-  const float big = __uint_as_float(bits & kTf32Bits);
+  const float big = __uint_as_float((bits + 0xFFFu + ((bits >> 13) & 1u)) & kTf32Bits);
+  return {big, x - big, big};
+}
+
+__device__ __forceinline__ Tf32Parts tf32_split(float x) {
+  if (tf32_split_is_plain(x)) return tf32_split_plain(x);
+  if (!isfinite(x)) return {x, 0.0f, 0.0f};
+  const float big = __uint_as_float(__float_as_uint(x) & kTf32Bits);
   return {big, __uint_as_float(__float_as_uint(x - big) & kTf32Bits), big};
 }
 
