@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "epilogue.cuh"
 #include "launch_util.h"
@@ -19,67 +20,129 @@ namespace mma_sync_detail {
 // Threadblocks are rasterized in groups of this many tile rows (grouped_tile).
 constexpr int64_t kGroupM = 8;
 
-// Copies the kRows x kCols block at (row0, col0) of a matrix whose element
-// (r, c) lives at gmem[r * ld + c] into one stage of shared memory. Elements
-// with r >= rows or c >= cols are zero-filled, so edge tiles need no other
-// predication and the zero K tail adds nothing to the accumulators.
-template <class Tile, int kThreads, bool kVec16>
-__device__ __forceinline__ void load_tile_async(float* smem, const float* gmem,
-                                                int64_t ld, int64_t row0,
-                                                int64_t col0, int64_t rows,
-                                                int64_t cols, int tid) {
-  constexpr int kWidth = kVec16 ? 4 : 1;  // floats per cp.async
-  constexpr int kPerRow = Tile::kCols / kWidth;
-  constexpr int kCopies = Tile::kRows * kPerRow;
-  static_assert(kCopies % kThreads == 0, "tile copies must divide evenly among threads");
-#pragma unroll
-  for (int i = 0; i < kCopies / kThreads; ++i) {
-    const int idx = tid + i * kThreads;
-    const int r = idx / kPerRow;
-    const int c = (idx % kPerRow) * kWidth;
-    const int64_t gr = row0 + r, gc = col0 + c;
-    const int64_t left = cols - gc;  // elements of this row still in bounds
-    const int valid = (gr < rows && left > 0) ? (left < kWidth ? int(left) : kWidth) : 0;
-    // With nothing to read, point at the (valid, aligned) base: cp.async
-    // still wants a legal address even when src-size is 0.
-    const float* src = valid ? gmem + gr * ld + gc : gmem;
-    float* dst = smem + r * Tile::kStride + c;
-    if constexpr (kVec16) {
-      ptx::cp_async_16(dst, src, valid * 4);
-    } else {
-      ptx::cp_async_4(dst, src, valid * 4);
-    }
+// One cp.async of 16 bytes (kVec16) or 4, src_bytes of them read, the rest
+// zero-filled.
+template <bool kVec16>
+__device__ __forceinline__ void copy_async(float* dst, const float* src, int src_bytes) {
+  if constexpr (kVec16) {
+    ptx::cp_async_16(dst, src, src_bytes);
+  } else {
+    ptx::cp_async_4(dst, src, src_bytes);
   }
 }
 
-// Rounds to TF32, in place, the elements of one stage that this thread
-// copied with load_tile_async (same index walk). Called after the thread's
-// own cp.async group completed and before the barrier that publishes the
-// stage, so each element is rounded once per threadblock instead of once
-// per warp that reads it, and the MMA loop only loads and multiplies.
-// Zero-filled elements become 0x1000, which the tensor core reads as +0
-// (it ignores the 13 low bits).
-template <class Tile, int kThreads, bool kVec16>
-__device__ __forceinline__ void round_tile_in_place(float* smem, int tid) {
-  constexpr int kWidth = kVec16 ? 4 : 1;
-  constexpr int kPerRow = Tile::kCols / kWidth;
-  constexpr int kCopies = Tile::kRows * kPerRow;
+// The cp.async copies of one operand that one thread issues per stage,
+// worked out once per output tile: copy i is row r0 + i * kRowStep of the
+// stage tile at column c, so a k-tile moves a pointer along K and checks
+// K's bound with one compare per copy (or one per thread), and M's or N's
+// bound is fixed per tile. Elements outside the operand are zero-filled, so
+// edge tiles need no other predication and the zero K tail adds nothing to
+// the accumulators. Working out each copy's 64-bit address and both bounds
+// per k-tile instead took ~8 of the ~12.5 instructions per MMA of the
+// 128x256 tile's mainloop, with register spills (SASS, sm_90a).
+//   K-major operand: tile rows are M (or N), columns K; element (mn, k) at
+//     gmem[mn * ld + k]. MN-major: tile rows are K, columns M (or N);
+//     element (k, mn) at gmem[k * ld + mn].
+template <class Tile, int kThreads, bool kVec16, bool kKMajor>
+struct StageLoader {
+  static constexpr int kWidth = kVec16 ? 4 : 1;  // floats per cp.async
+  static constexpr int kPerRow = Tile::kCols / kWidth;
+  static constexpr int kCopies = Tile::kRows * kPerRow / kThreads;
+  static constexpr int kRowStep = kThreads / kPerRow;  // tile rows between copies
+  static_assert(kThreads % kPerRow == 0 && kCopies * kThreads == Tile::kRows * kPerRow &&
+                    kCopies <= 32,
+                "each thread copies one column of the tile, kRowStep rows apart");
+
+  const float* first;  // copy 0's source at k-tile 0
+  uint32_t in_bounds;  // bit i: copy i lies inside M (or N)
+  int mn_bytes;        // MN-major: bytes of a copy inside M (or N), which may end inside it
+  int r0_or_c;         // K-major: c, the copies' column; MN-major: r0, copy 0's row
+  int smem_offset;     // copy 0's place in the stage, in floats
+
+  __device__ __forceinline__ StageLoader(const float* gmem, int64_t ld, int64_t mn0,
+                                         int64_t mn_extent, int tid) {
+    const int r0 = tid / kPerRow, c = (tid % kPerRow) * kWidth;
+    smem_offset = r0 * Tile::kStride + c;
+    in_bounds = 0;
+    if constexpr (kKMajor) {
+      first = gmem + (mn0 + r0) * ld + c;
+      mn_bytes = 4 * kWidth;
+      r0_or_c = c;
 #pragma unroll
-  for (int i = 0; i < kCopies / kThreads; ++i) {
-    const int idx = tid + i * kThreads;
-    uint32_t* p = reinterpret_cast<uint32_t*>(smem + (idx / kPerRow) * Tile::kStride +
-                                              (idx % kPerRow) * kWidth);
-    if constexpr (kVec16) {
-      uint4 v = *reinterpret_cast<uint4*>(p);
-      v.x = ptx::round_to_tf32(v.x);
-      v.y = ptx::round_to_tf32(v.y);
-      v.z = ptx::round_to_tf32(v.z);
-      v.w = ptx::round_to_tf32(v.w);
-      *reinterpret_cast<uint4*>(p) = v;
+      for (int i = 0; i < kCopies; ++i)
+        if (mn0 + r0 + i * kRowStep < mn_extent) in_bounds |= 1u << i;
     } else {
-      *p = ptx::round_to_tf32(*p);
+      first = gmem + r0 * ld + mn0 + c;
+      const int64_t left = mn_extent - (mn0 + c);
+      mn_bytes = 4 * (left <= 0 ? 0 : left < kWidth ? int(left) : kWidth);
+      r0_or_c = r0;
+      if (mn_bytes > 0) in_bounds = kCopies == 32 ? ~0u : (1u << kCopies) - 1;
     }
   }
+
+  // This thread's copies as they sit in a stage, one 16- or 4-byte chunk each.
+  using Chunk = typename std::conditional<kVec16, uint4, uint32_t>::type;
+  __device__ __forceinline__ Chunk* chunk(float* stage, int i) const {
+    return reinterpret_cast<Chunk*>(stage + smem_offset + i * kRowStep * Tile::kStride);
+  }
+  __device__ __forceinline__ void fetch(float* stage, Chunk (&v)[kCopies]) const {
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) v[i] = *chunk(stage, i);
+  }
+  __device__ __forceinline__ void store_rounded(float* stage, Chunk (&v)[kCopies]) const {
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      if constexpr (kVec16) {
+        v[i] = make_uint4(ptx::round_to_tf32(v[i].x), ptx::round_to_tf32(v[i].y),
+                          ptx::round_to_tf32(v[i].z), ptx::round_to_tf32(v[i].w));
+      } else {
+        v[i] = ptx::round_to_tf32(v[i]);
+      }
+      *chunk(stage, i) = v[i];
+    }
+  }
+
+  // Copies k-tile `k_tile` of an operand with K columns (K-major) or rows
+  // into `stage`. gmem, the operand's base, is the address of copies that
+  // read nothing: cp.async wants a legal one even then.
+  __device__ __forceinline__ void load(float* stage, const float* gmem, int64_t ld, int64_t K,
+                                       int64_t k_tile) const {
+    const int64_t k0 = k_tile * (kKMajor ? Tile::kCols : Tile::kRows);
+    const float* src = first + (kKMajor ? k0 : k0 * ld);
+    int k_bytes = mn_bytes;  // K-major: this thread's column against K, the same for every copy
+    if constexpr (kKMajor) {
+      const int64_t left = K - (k0 + r0_or_c);
+      k_bytes = left >= kWidth ? 4 * kWidth : left > 0 ? 4 * int(left) : 0;
+    }
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      const bool in = ((in_bounds >> i) & 1u) &&
+                      (kKMajor ? k_bytes > 0 : k0 + r0_or_c + i * kRowStep < K);
+      copy_async<kVec16>(reinterpret_cast<float*>(chunk(stage, i)),
+                         in ? src + i * kRowStep * ld : gmem, in ? k_bytes : 0);
+    }
+  }
+};
+
+// Rounds to TF32, in place, the elements of a stage that this thread copied
+// for both operands. Called after the thread's own cp.async groups completed
+// and before the barrier that publishes the stage, so each element is
+// rounded once per threadblock instead of once per warp that reads it, and
+// the MMA loop only loads and multiplies. All loads are issued before the
+// first store: in load-round-store order per chunk the compiler cannot move
+// a load above the previous chunk's store (it cannot prove they do not
+// alias), and each chunk waited out a shared-memory round trip.
+// Zero-filled elements become 0x1000, which the tensor core reads as +0 (it
+// ignores the 13 low bits).
+template <class LoaderA, class LoaderB>
+__device__ __forceinline__ void round_stage_in_place(const LoaderA& la, float* sa,
+                                                     const LoaderB& lb, float* sb) {
+  typename LoaderA::Chunk a[LoaderA::kCopies];
+  typename LoaderB::Chunk b[LoaderB::kCopies];
+  la.fetch(sa, a);
+  lb.fetch(sb, b);
+  la.store_rounded(sa, a);
+  lb.store_rounded(sb, b);
 }
 
 template <class Cfg, Layout kLayoutA, Layout kLayoutB, bool kVec16>
@@ -112,20 +175,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const float* A = p.A + batch * p.batch_stride_a;
     const float* B = p.B + batch * p.batch_stride_b;
 
+    const StageLoader<TileA, Cfg::kThreads, kVec16, kAKMajor> loader_a(A, p.lda, m0, p.M, tid);
+    const StageLoader<TileB, Cfg::kThreads, kVec16, kBKMajor> loader_b(B, p.ldb, n0, p.N, tid);
     auto load_stage = [&](int64_t k_tile, int stage) {
-      const int64_t k0 = k_tile * Cfg::BK;
-      float* sa = smem_a + stage * TileA::kFloats;
-      float* sb = smem_b + stage * TileB::kFloats;
-      if constexpr (kAKMajor) {  // A(m, k) at m * lda + k
-        load_tile_async<TileA, Cfg::kThreads, kVec16>(sa, A, p.lda, m0, k0, p.M, p.K, tid);
-      } else {  // A(m, k) at k * lda + m
-        load_tile_async<TileA, Cfg::kThreads, kVec16>(sa, A, p.lda, k0, m0, p.K, p.M, tid);
-      }
-      if constexpr (kBKMajor) {  // B(k, n) at n * ldb + k
-        load_tile_async<TileB, Cfg::kThreads, kVec16>(sb, B, p.ldb, n0, k0, p.N, p.K, tid);
-      } else {  // B(k, n) at k * ldb + n
-        load_tile_async<TileB, Cfg::kThreads, kVec16>(sb, B, p.ldb, k0, n0, p.K, p.N, tid);
-      }
+      loader_a.load(smem_a + stage * TileA::kFloats, A, p.lda, p.K, k_tile);
+      loader_b.load(smem_b + stage * TileB::kFloats, B, p.ldb, p.K, k_tile);
     };
 
     float acc[MI][NI][4];
@@ -153,8 +207,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int stage = int(kt % Cfg::kStages);
       float* const sa = smem_a + stage * TileA::kFloats;
       float* const sb = smem_b + stage * TileB::kFloats;
-      round_tile_in_place<TileA, Cfg::kThreads, kVec16>(sa, tid);
-      round_tile_in_place<TileB, Cfg::kThreads, kVec16>(sb, tid);
+      round_stage_in_place(loader_a, sa, loader_b, sb);
       // Makes stage kt (rounded) visible to all warps, and guarantees that
       // every warp finished reading stage kt - 1, which the next load
       // overwrites.
