@@ -279,7 +279,9 @@ Choice few_rows_gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
 // - row-major, TF32 (SwapAB wgmma): 1.01-1.21x faster at M = 2 to 8,
 //   0.52-0.69x at M = 16;
 // - K-major, 3xTF32 (skinny, split in registers): 1.9-2.8x faster at M =
-//   2 to 8, 0.72-0.89x at M = 16;
+//   2 to 8, 0.72-0.89x at M = 16; session 11, after the skinny kernel's
+//   split got cheaper (skinny_gemm.cu, mma_block): 1.5-1.65x at M = 2 and 4,
+//   1.16-1.34x at 8, 0.45-0.56x at 16, so the limit stays;
 // - K-major, TF32 (skinny): 1.07-1.13x at M = 2 and 4, 0.79-0.92x at M = 8;
 // - either layout, FP32 ("ieee"): the FMA kernel took 498-1931 us, up to 31x
 //   the GEMVs, 2.7x at the least (M = 16).
@@ -287,7 +289,7 @@ Choice few_rows_gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
 // (session 11, same weights, GEMV vs the staged 3xTF32 path / the FMA
 // kernel): 32 rows 79-248 vs 140-450 / 532-1970 us, 48 rows 119-370 vs
 // 141-450 / 541-1988, 64 rows 159-494 vs 142-454 / 547-2009. So 3xTF32
-// takes it up to 48 rows (1.19-1.33x there), FP32 up to 64 (3.4-6.7x).
+// takes it up to 48 rows (1.19-1.33x there), FP32 up to 64 (1.4-6.7x).
 // The cost of a rows-per-CTA tier does not depend on M within it (rows past
 // M do full work), so each limit is a tier's top. 3xTF32's packed parts
 // (split3_parts: three products over 3K columns) compare as TF32 does.
@@ -390,7 +392,7 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   // forced. FP32 precision otherwise never uses tensor cores: the FMA kernel.
   const bool gemv = single_row_runs(p);
   if (gemv && (forced == "auto" || forced == "gemv")) return single_row_choice(p, d);
-  // 2 to 16 rows of A (up to 64 on a row-major weight, forced): the
+  // 2 to 16 rows of A (up to 64 on a row-major weight, in blocks): the
   // few-rows GEMVs, always when forced, unforced where they win
   // (few_rows_gemv_max_m).
   const bool few_rows_run = few_rows_gemv_runs(p);

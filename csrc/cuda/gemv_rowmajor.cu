@@ -181,18 +181,6 @@ cudaError_t launch_rows(const GemmProblem& p, int splits, float* partials, cudaS
   return launch_splitk_reduce(partials, splits, p.M, p.N, ldp, p.C, p.ldc, p.epilogue, stream);
 }
 
-// Up to kGemvRowMajorMaxRows rows of A: the kernel built for them.
-cudaError_t launch_block(const GemmProblem& p, int splits, float* partials, cudaStream_t stream) {
-  switch (rows_per_cta(p.M)) {
-    case 1: return launch_rows<1>(p, splits, partials, stream);
-    case 2: return launch_rows<2>(p, splits, partials, stream);
-    case 4: return launch_rows<4>(p, splits, partials, stream);
-    case 8: return launch_rows<8>(p, splits, partials, stream);
-    case 16: return launch_rows<16>(p, splits, partials, stream);
-    default: return cudaErrorInvalidValue;
-  }
-}
-
 }  // namespace
 
 cudaError_t launch_gemv_rowmajor(const GemmProblem& p, int splits, float* partials,
@@ -208,7 +196,8 @@ cudaError_t launch_gemv_rowmajor(const GemmProblem& p, int splits, float* partia
     block.A = p.A + m0 * p.lda;
     block.C = p.C + m0 * p.ldc;
     block.M = p.M - m0 < kGemvRowMajorMaxRows ? p.M - m0 : kGemvRowMajorMaxRows;
-    const cudaError_t err = launch_block(block, splits, partials, stream);
+    const cudaError_t err = launch_for_rows<1>(
+        block.M, [&](auto rows) { return launch_rows<rows()>(block, splits, partials, stream); });
     if (err != cudaSuccess) return err;
   }
   return cudaSuccess;

@@ -150,13 +150,7 @@ cudaError_t launch_gemv_rows(const GemmProblem& p, int slices, cudaStream_t stre
   if (!power_of_two || slices > kGemvRowsMaxSlices || p.M < 2 || p.M > kGemvRowsMaxRows)
     return cudaErrorInvalidValue;
   static_assert(rows_per_cta(kGemvRowsMaxRows) == kGemvRowsMaxRows, "the largest M has its own rows");
-  switch (rows_per_cta(p.M)) {
-    case 2: return launch_rows<2>(p, slices, stream);
-    case 4: return launch_rows<4>(p, slices, stream);
-    case 8: return launch_rows<8>(p, slices, stream);
-    case 16: return launch_rows<16>(p, slices, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return launch_for_rows<2>(p.M, [&](auto rows) { return launch_rows<rows()>(p, slices, stream); });
 }
 
 }  // namespace pygpukit
