@@ -43,7 +43,8 @@ def force_kernel(kernel: Optional[str]) -> Iterator[None]:
             finish sooner at M > 128). ``mma_sync``:
             the portable mma.sync kernel with its automatic tile choice;
             ``mma_sync_large|medium|small``: one tile configuration.
-            ``skinny``: the decode-sized-M kernel (M <= 16, both operands
+            ``skinny``: the decode-sized-M kernel (M <= 64, above 16 in
+            blocks of 16 rows, one pass over B each; both operands
             K-major as in ``F.linear``, 16-byte aligned; sm_80 and newer).
             ``gemv``: the single-row kernels (M = 1, FP32 FMAs whatever the
             precision; the weight either K-major as for ``skinny`` or

@@ -102,6 +102,18 @@ for m, n, k in ((2, 45, 1), (3, 1001, 131), (5, 4097, 4099), (9, 4 * 16 * sms + 
     out = pygpukit_torch.linear_tf32(x, w, b, "gelu")
     ref = F.gelu(F.linear(x.double(), w.double(), b.double()))
     assert float((out.double() - ref).norm() / ref.norm()) < 1e-5, (m, n, k)
+# The skinny kernel's blocks of 16 rows (17 to 64), forced, in TF32 and in
+# 3xTF32 (split in registers), with a K tail and N's end inside a CTA.
+os.environ["PYGPUKIT_KERNEL"] = "skinny"
+for m, n, k in ((17, 45, 131), (33, 1001, 70), (64, 130, 4099)):
+    x = torch.randn(m, (k + 3) // 4 * 4, device="cuda")[:, :k]
+    b = torch.randn(n, device="cuda")
+    w = torch.randn(n, (k + 3) // 4 * 4, device="cuda")[:, :k]
+    for precision in ("tf32", "tf32x3"):
+        assert "in blocks of 16 rows" in pygpukit_torch.kernel_info(x, w.t(), precision=precision)
+        out = pygpukit_torch.linear_tf32(x, w, b, "gelu", precision=precision)
+        ref = F.gelu(F.linear(x.double(), w.double(), b.double()))
+        assert float((out.double() - ref).norm() / ref.norm()) < 2e-3, (m, n, k, precision)
 # The Hopper path's stream-K last wave (its tiles' k-tiles spread over every
 # cluster, partial sums through the workspace): nn (SwapAB) and nt, the
 # latter with a fused epilogue, where the H200's schedule takes it.

@@ -191,12 +191,49 @@ def test_tf32x3_in_registers_special_value_blocks_match_plain_ones():
     assert torch.isfinite(special[~reached]).all()
 
 
-@pytest.mark.parametrize("case", ["m17", "x_offset", "w_row_major"])
+@pytest.mark.parametrize("precision", ["tf32", "tf32x3"])
+@pytest.mark.parametrize("m", [17, 31, 48, 64])
+@pytest.mark.parametrize("n,k", [(40, 64), (1000, 4099)])
+def test_row_blocks_forced(m, n, k, precision):
+    """17 to 64 rows: blocks of 16, one launch each. A whole block of 16
+    comes out bitwise as those rows computed alone (same kernel, same
+    K-slices); the epilogue runs in every block."""
+    x, w, b = rows(m, k), rows(n, k), torch.randn(n, device="cuda")
+    with pygpukit_torch.force_kernel("skinny"):
+        info = kernel_info(x, w.mT, precision=precision)
+        assert "on skinny" in f"on {info}" and "in blocks of 16 rows" in info, info
+        out = poisoned_matmul(x, w.mT, precision)
+        assert_matmul_close(out, x, w.mT, precision=precision)
+        for m0 in range(0, m - 15, 16):
+            assert torch.equal(poisoned_matmul(x[m0:m0 + 16], w.mT, precision), out[m0:m0 + 16]), m0
+        poison_next_output((m, n), "cuda")
+        fused = linear_tf32(x, w, b, "silu", precision=precision)
+    assert_linear_close(fused, x, w, b, "silu", precision=precision)
+
+
+def test_tf32x3_row_blocks_automatic():
+    """Unforced, 3xTF32 on F.linear's layout takes the skinny kernel from 9
+    rows (above the GEMV's 8) up to 64, in blocks above 16, and not at 65;
+    TF32 keeps it to 16 rows (the single block)."""
+    w = rows(1000, 300)
+    for m, blocks in ((9, False), (17, True), (64, True)):
+        x = rows(m, 300)
+        info = kernel_info(x, w.mT, precision="tf32x3")
+        assert "in registers) on skinny" in info and ("in blocks of 16 rows" in info) == blocks, (m, info)
+        out = poisoned_matmul(x, w.mT, "tf32x3")
+        assert_matmul_close(out, x, w.mT, precision="tf32x3")
+        assert rel_error(out, matmul_reference(x, w.mT)) < 1e-6
+    for m, precision in ((65, "tf32x3"), (17, "tf32")):
+        info = kernel_info(rows(m, 300), w.mT, precision=precision)
+        assert "skinny" not in info, (m, precision, info)
+
+
+@pytest.mark.parametrize("case", ["m65", "x_offset", "w_row_major"])
 def test_forced_skinny_falls_back(case):
     x, w = rows(16, 64), rows(40, 64)
     b = w.mT
-    if case == "m17":
-        x = rows(17, 64)
+    if case == "m65":
+        x = rows(65, 64)
     elif case == "x_offset":  # base pointer 4 bytes past a 16-byte boundary
         x = torch.randn(16 * 64 + 1, device="cuda")[1:].view(16, 64)
     else:

@@ -193,16 +193,22 @@ GemmProblem kmajor_view(GemmProblem p) {
   return p;
 }
 
-// Whether the skinny kernel can run `p` (skinny_gemm.h lists what it needs).
-bool skinny_runs(const GemmProblem& p) {
+// Whether `p`'s operands are as the skinny kernel and the K-major GEMVs
+// read them (skinny_gemm.h lists what they need): one batch entry, both
+// K-major, 16-byte aligned.
+bool skinny_operands(const GemmProblem& p) {
   const GemmProblem q = kmajor_view(p);
-  return q.batch == 1 && q.M <= SkinnyNarrow::kMaxM && q.layout_a == Layout::kRowMajor &&
-         q.layout_b == Layout::kColMajor && aligned16(q.A, q.lda, 0) && aligned16(q.B, q.ldb, 0);
+  return q.batch == 1 && q.layout_a == Layout::kRowMajor && q.layout_b == Layout::kColMajor &&
+         aligned16(q.A, q.lda, 0) && aligned16(q.B, q.ldb, 0);
 }
+
+// Whether the skinny kernel can run `p`: up to kSkinnyMaxM rows of A (above
+// 16 in blocks of 16).
+bool skinny_runs(const GemmProblem& p) { return p.M <= kSkinnyMaxM && skinny_operands(p); }
 
 // Whether the GEMV can run `p` (gemv.h): one row of A, and the operand
 // requirements of the skinny kernel.
-bool gemv_runs(const GemmProblem& p) { return p.M == 1 && skinny_runs(p); }
+bool gemv_runs(const GemmProblem& p) { return p.M == 1 && skinny_operands(p); }
 
 // Whether the row-major GEMV can run `p` (gemv_rowmajor.h): up to
 // kGemvRowMajorMaxM rows of A (above kGemvRowMajorMaxRows in blocks, one
@@ -229,7 +235,9 @@ Choice gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
 
 // Whether the few-rows GEMV can run `p` (gemv_rows.h): 2 to 16 rows of A,
 // and the operand requirements of the skinny kernel.
-bool gemv_rows_runs(const GemmProblem& p) { return p.M >= 2 && skinny_runs(p); }
+bool gemv_rows_runs(const GemmProblem& p) {
+  return p.M >= 2 && p.M <= kGemvRowsMaxRows && skinny_operands(p);
+}
 
 // The few-rows GEMV for `p` with its K-slices per output: the fewest that
 // give every SM the warps its CTAs are built for (2 CTAs of 8) at
@@ -316,7 +324,15 @@ Choice single_row_choice(const GemmProblem& p, const DeviceInfo& d) {
 // to 16 against the wgmma path's 44-45 us (session 3: 64x256 tiles,
 // split-K and a reduction pass).
 constexpr int64_t kSkinnyAutoMaxM = 16;
-static_assert(kSkinnyAutoMaxM <= SkinnyNarrow::kMaxM, "the skinny kernel serves M <= kMaxM");
+static_assert(kSkinnyAutoMaxM <= SkinnyNarrow::kMaxM, "one block of rows");
+// 3xTF32 on unsplit operands takes the skinny kernel's blocks of 16 rows up
+// to this M: each block re-reads B where the wgmma path packs three copies
+// of B per call, whose time hardly moves with M. H200, session 11
+// (bench_tf32x3_decode.py, us, weights 4096x4096 / 14336x4096 /
+// 4096x14336, blocks vs packed): 32 rows 64.7 / 202 / 206 vs 140 / 444 /
+// 439; 48 rows 97.2 / 308 / 302 vs 141 / 447 / 444; 64 rows 130 / 415 /
+// 412 vs 142 / 453 / 444.
+constexpr int64_t kSkinnyTf32x3AutoMaxM = kSkinnyMaxM;
 
 // With the 64x128 wgmma tile (session 4) the wgmma path catches up above
 // M = 8 on large weights. H200, graph-timed device time (session 5), skinny
@@ -340,7 +356,8 @@ constexpr int64_t kSkinnyUnderfilledMaxK = 8192;
 // can run. Off Hopper the alternative (mma.sync tiles, no split-K) has no
 // more CTAs than skinny, so skinny always.
 bool skinny_preferred(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
-  if (p.M > kSkinnyAutoMaxM) return false;
+  const bool unsplit_tf32x3 = precision == Precision::kTF32x3 && !p.split3_parts;
+  if (p.M > (unsplit_tf32x3 ? kSkinnyTf32x3AutoMaxM : kSkinnyAutoMaxM)) return false;
   if (!wgmma_available(d)) return true;
   if (precision == Precision::kTF32 && p.M > kSkinnyOverWgmmaMaxM &&
       p.N * p.K > kSkinnyOverWgmmaMaxWeight)
@@ -717,10 +734,10 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
       name = mma_sync_name<MmaSyncPromoted>();
       break;
     case Kernel::kSkinny:
-      name = skinny_name<SkinnyNarrow>();
-      break;
     case Kernel::kSkinnyWide:
-      name = skinny_name<SkinnyWide>();
+      name = c.kernel == Kernel::kSkinny ? skinny_name<SkinnyNarrow>() : skinny_name<SkinnyWide>();
+      if (p.M > SkinnyNarrow::kMaxM)
+        name += " (in blocks of " + std::to_string(SkinnyNarrow::kMaxM) + " rows, one pass over B each)";
       break;
     case Kernel::kGemv:
       name = "gemv, FP32 FMAs, " + std::to_string(c.splits) + " K-slice" +

@@ -59,10 +59,17 @@ using SkinnyNarrow = SkinnyConfig<2, 4>;
 // warps per SM as two narrow CTAs) took 21.5-24.6 us there.
 using SkinnyWide = SkinnyConfig<4, 2>;
 
-// Requires batch == 1, 1 <= M <= kMaxM (16), N, K >= 1, A row-major and B
+// Rows of A per call: more than SkinnyConfig::kMaxM (16) run in blocks of
+// 16 rows, one launch and pass over B each (3xTF32 at 17-64 rows, where
+// packing three copies of B per call costs more than re-reading it).
+constexpr int kSkinnyMaxM = 4 * SkinnyNarrow::kMaxM;
+static_assert(SkinnyWide::kMaxM == SkinnyNarrow::kMaxM, "one block height for both tiles");
+
+// Requires batch == 1, 1 <= M <= kSkinnyMaxM, N, K >= 1, A row-major and B
 // column-major (layout fields are not read: A(m, k) at A[m * lda + k],
 // B(k, n) at B[n * ldb + k]), A, B 16-byte aligned and lda, ldb multiples of
-// 4. Any K (a zero-filled tail), N, ldc and epilogue. Deterministic: the
+// 4. Any K (a zero-filled tail), N, ldc and epilogue. Returns
+// cudaErrorInvalidValue for M out of range. Deterministic: the
 // K-slices are always added in the same order, with no atomics. wide: the
 // SkinnyWide tile, else SkinnyNarrow. split3: 3xTF32, each operand split
 // into big and small TF32 parts in registers (tf32_split.cuh) and three MMAs
