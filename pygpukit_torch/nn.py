@@ -161,6 +161,8 @@ class SwapReport:
     skipped: List[Tuple[str, str]] = field(default_factory=list)
 
     def summary(self) -> str:
+        """One line: how many layers were swapped (and fused), how many
+        skipped, and how many for each reason; ``repr(report)`` names them."""
         text = f"swapped {len(self.swapped)} nn.Linear layer(s)"
         if self.fused:
             text += f" ({len(self.fused)} with a fused activation)"
