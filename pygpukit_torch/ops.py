@@ -7,7 +7,11 @@ CUDA kernels, csrc/autograd.cpp for the derivatives); this file only adds what
 PyTorch wants in Python.
 
 The fake implementations make the C++ checks with the same exception types and
-messages, so a bad call on meta tensors fails as it does on real ones. While
+messages, so a bad call on meta tensors fails as it does on real ones. The
+environment variables (PYGPUKIT_PRECISION, PYGPUKIT_ALLOW_TF32) are the
+exception: the ops read them when they run, so a bad value raises where a
+call runs on real tensors (a compiled graph: at run time), never on meta
+tensors or while tracing. While
 torch.compile traces, Dynamo reports any such error as
 ``torch._dynamo.exc.TorchRuntimeError`` (a RuntimeError) quoting it, e.g.
 ``got ValueError("matmul_tf32: precision must be ...")``.
