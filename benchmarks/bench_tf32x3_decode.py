@@ -5,7 +5,10 @@ chooses between forced (the row-blocked FP32 GEMV for x @ W, the skinny
 kernel's row blocks with the split in registers for x @ Wt.T, and the wgmma
 path on operands packed as big and small parts per call), against cuBLAS
 FP32 (the accuracy 3xTF32 matches) and TF32, interleaved
-(_common.time_interleaved) over input sets larger than L2.
+(_common.time_interleaved) over input sets larger than L2. A forced kernel
+that cannot run a shape falls back to the automatic choice (the blocks
+above 64 rows, or 48 on x @ W; the wgmma path off Hopper), so there its
+column repeats "auto".
 
 Prints a Markdown table: microseconds per call (host time included), the
 ratio cuBLAS FP32 / auto, the relative error of the automatic choice and of

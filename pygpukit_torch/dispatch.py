@@ -5,7 +5,7 @@ GPU, the shape, the layouts and the alignment. ``PYGPUKIT_KERNEL`` in the
 environment, read on every call, overrides that choice; :func:`force_kernel`
 sets it for the duration of a ``with`` block. A forced kernel that cannot run
 a given problem (``wgmma`` off Hopper, ``mma_sync_large`` with unaligned
-operands, ``skinny`` with more than 16 rows, ``gemv`` with more than 16 on a
+operands, ``skinny`` with more than 64 rows, ``gemv`` with more than 16 on a
 K-major weight or 64 on a row-major one)
 falls back to the automatic choice, and so does a value of ``PYGPUKIT_KERNEL`` that is not a kernel name;
 :func:`pygpukit_torch.kernel_info` tells what a call actually runs. CPU
@@ -54,11 +54,10 @@ def force_kernel(kernel: Optional[str]) -> Iterator[None]:
             also run 2 to 16 rows of ``x`` (rows 16-byte aligned, no batch
             of the weight) on either layout, in FP32, every load of the
             weight shared by all rows, and up to 64 rows on a row-major
-            weight in blocks of 16 (one pass over the weight each; not
-            yet measured, so not automatic); unforced, they serve those rows
-            where they are the faster choice on the H200 (up to 8 rows
-            of a row-major weight and 4 of a K-major one in TF32; 16 and
-            8 in 3xTF32; 16 on both in FP32).
+            weight in blocks of 16 (one pass over the weight each);
+            unforced, they serve those rows where they are the faster
+            choice on the H200 (up to 8 rows of a row-major weight and 4 of
+            a K-major one in TF32; 48 and 8 in 3xTF32; 64 and 16 in FP32).
             ``fma``: the FP32 CUDA-core kernel. ``auto``: the dispatcher's
             choice. ``None``: the block changes nothing (whatever
             ``PYGPUKIT_KERNEL`` says stays in force), as for

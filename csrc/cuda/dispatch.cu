@@ -356,8 +356,9 @@ constexpr int64_t kSkinnyUnderfilledMaxK = 8192;
 // can run. Off Hopper the alternative (mma.sync tiles, no split-K) has no
 // more CTAs than skinny, so skinny always.
 bool skinny_preferred(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
-  const bool unsplit_tf32x3 = precision == Precision::kTF32x3 && !p.split3_parts;
-  if (p.M > (unsplit_tf32x3 ? kSkinnyTf32x3AutoMaxM : kSkinnyAutoMaxM)) return false;
+  // The blocks were measured against the wgmma path's packed operands only.
+  const bool blocks = precision == Precision::kTF32x3 && !p.split3_parts && wgmma_available(d);
+  if (p.M > (blocks ? kSkinnyTf32x3AutoMaxM : kSkinnyAutoMaxM)) return false;
   if (!wgmma_available(d)) return true;
   if (precision == Precision::kTF32 && p.M > kSkinnyOverWgmmaMaxM &&
       p.N * p.K > kSkinnyOverWgmmaMaxWeight)
@@ -381,7 +382,7 @@ Choice skinny_choice(const GemmProblem& p, Precision precision, const DeviceInfo
 // automatic tile), mma_sync_large, mma_sync_medium, mma_sync_small, skinny,
 // gemv, fma. A forced kernel that cannot run the problem (wgmma off Hopper,
 // wgmma_swap_ab where swap_ab_runs is false, large tile with unaligned
-// operands, too little shared memory, skinny with M > 16 or an operand that
+// operands, too little shared memory, skinny with M > 64 or an operand that
 // is not K-major and 16-byte aligned, gemv with a weight neither K-major
 // nor row-major and 16-byte aligned, or with M > 16 (K-major) or 64
 // (row-major), a batch, or (M > 1)

@@ -1,5 +1,5 @@
 // The decode-sized-M TF32 GEMM ("skinny"): C = epilogue(A @ B) for at most
-// 16 rows of A, both operands K-major (x @ weight.T of nn.Linear), with B
+// 16 rows of A per launch (up to 64 in blocks of 16), both operands K-major (x @ weight.T of nn.Linear), with B
 // streamed from global memory into mma.sync fragments exactly once. Its
 // configuration and launcher; the kernel is in skinny_gemm.cu, the rule
 // that picks it in dispatch.cu.
