@@ -6,6 +6,7 @@
 #include "gemv_rowmajor.h"
 
 #include "epilogue.cuh"
+#include "launch_util.h"
 #include "load_chunk.cuh"
 #include "splitk_reduce.h"
 #include "tile_raster.cuh"
@@ -191,16 +192,10 @@ cudaError_t launch_gemv_rowmajor(const GemmProblem& p, int splits, float* partia
   if (p.M > 1 && !a_aligned) return cudaErrorInvalidValue;
   // Blocks of rows in row order on one stream: each block's split-K pass
   // has read the partials before the next block's kernel writes them.
-  for (int64_t m0 = 0; m0 < p.M; m0 += kGemvRowMajorMaxRows) {
-    GemmProblem block = p;
-    block.A = p.A + m0 * p.lda;
-    block.C = p.C + m0 * p.ldc;
-    block.M = p.M - m0 < kGemvRowMajorMaxRows ? p.M - m0 : kGemvRowMajorMaxRows;
-    const cudaError_t err = launch_for_rows<1>(
+  return launch_row_blocks(p, kGemvRowMajorMaxRows, [&](const GemmProblem& block) {
+    return launch_for_rows<1>(
         block.M, [&](auto rows) { return launch_rows<rows()>(block, splits, partials, stream); });
-    if (err != cudaSuccess) return err;
-  }
-  return cudaSuccess;
+  });
 }
 
 }  // namespace pygpukit

@@ -7,7 +7,25 @@
 
 #include <cuda_runtime.h>
 
+#include "gemm_problem.h"
+
 namespace pygpukit {
+
+// Calls launch(block) for `p` cut into blocks of at most `rows` rows of A
+// and C, in row order (on one stream, so a block may reuse a workspace the
+// previous one's kernels have finished with); stops at the first error.
+template <class Launch>
+cudaError_t launch_row_blocks(const GemmProblem& p, int64_t rows, Launch&& launch) {
+  for (int64_t m0 = 0; m0 < p.M; m0 += rows) {
+    GemmProblem block = p;
+    block.A = p.A + m0 * p.lda;
+    block.C = p.C + m0 * p.ldc;
+    block.M = p.M - m0 < rows ? p.M - m0 : rows;
+    const cudaError_t err = launch(block);
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
 
 // Sets a kernel's dynamic shared memory limit (needed above 48 KB) once per
 // device, keeping the host call off the per-launch path. `done` is the

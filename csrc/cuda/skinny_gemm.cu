@@ -338,18 +338,11 @@ cudaError_t launch(const GemmProblem& p, cudaStream_t stream) {
 cudaError_t launch_skinny_gemm(const GemmProblem& p, bool wide, bool split3,
                                cudaStream_t stream) {
   if (p.M < 1 || p.M > kSkinnyMaxM) return cudaErrorInvalidValue;
-  constexpr int kRows = SkinnyNarrow::kMaxM;
-  for (int64_t m0 = 0; m0 < p.M; m0 += kRows) {
-    GemmProblem block = p;
-    block.A = p.A + m0 * p.lda;
-    block.C = p.C + m0 * p.ldc;
-    block.M = p.M - m0 < kRows ? p.M - m0 : kRows;
-    const cudaError_t err = split3 ? launch<SkinnyNarrow, true>(block, stream)
-                            : wide ? launch<SkinnyWide, false>(block, stream)
-                                   : launch<SkinnyNarrow, false>(block, stream);
-    if (err != cudaSuccess) return err;
-  }
-  return cudaSuccess;
+  return launch_row_blocks(p, SkinnyNarrow::kMaxM, [&](const GemmProblem& block) {
+    return split3 ? launch<SkinnyNarrow, true>(block, stream)
+           : wide ? launch<SkinnyWide, false>(block, stream)
+                  : launch<SkinnyNarrow, false>(block, stream);
+  });
 }
 
 }  // namespace pygpukit
