@@ -9,6 +9,9 @@ import torch
 import torch.utils.benchmark as benchmark
 
 L2_BYTES = 60 * 2 ** 20  # H200; inputs rotate over > 3x this
+# The decode benchmarks' weights, (N, K): a 4096-wide model's attention
+# projection and its MLP's up and down projections (Llama-3-8B's sizes).
+DECODE_WEIGHTS = ((4096, 4096), (14336, 4096), (4096, 14336))
 
 
 def run_header() -> str:

@@ -17,11 +17,10 @@ import contextlib
 import torch
 
 import pygpukit_torch
-from _common import markdown_table, rotation_count, run_header, time_interleaved
+from _common import DECODE_WEIGHTS, markdown_table, rotation_count, run_header, time_interleaved
 from pygpukit_torch.testing import cublas_tf32, rel_error
 
 ROWS = (1, 16, 64, 128)
-WEIGHTS = ((4096, 4096), (14336, 4096), (4096, 14336))  # (N, K)
 
 
 def main():
@@ -33,7 +32,7 @@ def main():
     cublas = (lambda x, w: torch.matmul(x, w), lambda: cublas_tf32(True))
     rows = []
     for m in ROWS:
-        for n, k in WEIGHTS:
+        for n, k in DECODE_WEIGHTS:
             count = rotation_count(4 * (m * k + k * n))
             row_major = [(torch.randn(m, k, device="cuda"), torch.randn(k, n, device="cuda")) for _ in range(count)]
             col_major = [(x, w.t().contiguous().t()) for x, w in row_major]

@@ -23,10 +23,8 @@ import contextlib
 import torch
 
 import pygpukit_torch
-from _common import markdown_table, rotation_count, run_header, time_interleaved
+from _common import DECODE_WEIGHTS, markdown_table, rotation_count, run_header, time_interleaved
 from pygpukit_torch.testing import cublas_tf32, rel_error
-
-WEIGHTS = ((4096, 4096), (14336, 4096), (4096, 14336))  # (N, K)
 
 
 def main():
@@ -46,7 +44,7 @@ def main():
     names = ["auto", "blocks", "staged"] + list(cublas)
     rows = []
     for m in (int(v) for v in args.rows.split(",")):
-        for n, k in WEIGHTS:
+        for n, k in DECODE_WEIGHTS:
             row_major = [(torch.randn(m, k, device="cuda"), torch.randn(k, n, device="cuda"))
                          for _ in range(rotation_count(4 * (m * k + k * n)))]
             for layout, blocks in layouts.items():
