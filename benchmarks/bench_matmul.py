@@ -21,7 +21,7 @@ import torch
 import torch.utils.benchmark as benchmark
 
 import pygpukit_torch
-from _common import append_markdown, geomean, markdown_table, rotation_count, run_header, time_interleaved
+from _common import DECODE_WEIGHTS, append_markdown, geomean, markdown_table, rotation_count, run_header, time_interleaved
 from pygpukit_torch.testing import cublas_tf32, rel_error
 
 # The canonical shape set: (kind, M, N, K, layout). Layout letters are A then
@@ -31,7 +31,7 @@ SHAPES = (
     [("square", n, n, n, "nn") for n in (1024, 2048, 4096, 8192, 16384)]
     + [("llm", 8192, 4096, 4096, "nn"), ("llm", 8192, 14336, 4096, "nn"), ("llm", 8192, 4096, 14336, "nn")]
     + [("odd", 4095, 4097, 4099, "nn"), ("odd linear", 4097, 4099, 4095, "nt")]
-    + [("decode", m, n, k, "nt") for m in (1, 16) for n, k in ((4096, 4096), (14336, 4096), (4096, 14336))]
+    + [("decode", m, n, k, "nt") for m in (1, 16) for n, k in DECODE_WEIGHTS]
     + [("decode", 128, 4096, 4096, "nt")]
     # x @ W with the weight stored [in, out] (GPT-2's Conv1D): B row-major.
     + [("decode", m, 4096, 4096, "nn") for m in (1, 16, 128)]
