@@ -21,7 +21,8 @@ import torch
 import torch.utils.benchmark as benchmark
 
 import pygpukit_torch
-from _common import DECODE_WEIGHTS, append_markdown, geomean, markdown_table, rotation_count, run_header, time_interleaved
+from _common import (DECODE_WEIGHTS, append_markdown, geomean, markdown_table, rotation_count, run_header,
+                     time_interleaved)
 from pygpukit_torch.testing import cublas_tf32, rel_error
 
 # The canonical shape set: (kind, M, N, K, layout). Layout letters are A then
