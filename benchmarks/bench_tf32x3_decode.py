@@ -3,12 +3,13 @@
 [out, in] (nn.Linear's), for what the automatic choice runs, the kernels it
 chooses between forced (the row-blocked FP32 GEMV for x @ W, the skinny
 kernel's row blocks with the split in registers for x @ Wt.T, and the wgmma
-path on operands packed as big and small parts per call), against cuBLAS
-FP32 (the accuracy 3xTF32 matches) and TF32, interleaved
+path: up to 128 rows the kernel that splits W in registers and packs x's
+parts, above that both operands packed as big and small parts per call),
+against cuBLAS FP32 (the accuracy 3xTF32 matches) and TF32, interleaved
 (_common.time_interleaved) over input sets larger than L2. A forced kernel
 that cannot run a shape falls back to the automatic choice (the blocks
-above 64 rows, or 48 on x @ W; the wgmma path off Hopper), so there its
-column repeats "auto".
+above 64 rows; the wgmma path off Hopper), so there its column repeats
+"auto".
 
 Prints a Markdown table: microseconds per call (host time included), the
 ratio cuBLAS FP32 / auto, the relative error of the automatic choice and of
@@ -41,7 +42,7 @@ def main():
     cublas = {"cublas fp32": (torch.matmul, lambda: cublas_tf32(False)),
               "cublas tf32": (torch.matmul, lambda: cublas_tf32(True))}
     layouts = {"x @ W": "gemv", "x @ Wt.T": "skinny"}
-    names = ["auto", "blocks", "staged"] + list(cublas)
+    names = ["auto", "blocks", "wgmma"] + list(cublas)
     rows = []
     for m in (int(v) for v in args.rows.split(",")):
         for n, k in DECODE_WEIGHTS:
@@ -49,7 +50,7 @@ def main():
                          for _ in range(rotation_count(4 * (m * k + k * n)))]
             for layout, blocks in layouts.items():
                 sets = row_major if layout == "x @ W" else [(x, w.t().contiguous().t()) for x, w in row_major]
-                variants = {"auto": ours(None), "blocks": ours(blocks), "staged": ours("wgmma"), **cublas}
+                variants = {"auto": ours(None), "blocks": ours(blocks), "wgmma": ours("wgmma"), **cublas}
                 t = time_interleaved(variants, sets, layout, f"{m}x{n}x{k}", args.min_run_time)
                 us = {name: t[name].median * 1e6 for name in names}
                 x, w = sets[0]

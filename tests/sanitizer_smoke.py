@@ -115,6 +115,20 @@ for m, n, k in ((17, 45, 131), (33, 1001, 70), (64, 130, 4099)):
         out = pygpukit_torch.linear_tf32(x, w, b, "gelu", precision=precision)
         ref = F.gelu(F.linear(x.double(), w.double(), b.double()))
         assert float((out.double() - ref).norm() / ref.norm()) < 2e-3, (m, n, k, precision)
+# 3xTF32 on the Hopper kernel that splits the weight in registers (forced
+# wgmma; elsewhere the staged path): both weight layouts, a part-filled last
+# k-tile, N's end inside a tile, split-K (N = 300) and not (N = 8500), and
+# linear_tf32's epilogue in the kernel and in the split-K reduction.
+os.environ["PYGPUKIT_KERNEL"] = "wgmma"
+for m, n, k in ((1, 300, 1000), (17, 300, 99), (100, 8500, 70), (128, 300, 4099)):
+    x, b = torch.randn(m, k, device="cuda"), torch.randn(n, device="cuda")
+    for w in (torch.randn(k, n, device="cuda"), torch.randn(n, k, device="cuda").t()):
+        out = pygpukit_torch.matmul_tf32(x, w, precision="tf32x3")
+        ref = x.double() @ w.double()
+        assert float((out.double() - ref).norm() / ref.norm()) < 1e-6, (m, n, k)
+    out = pygpukit_torch.linear_tf32(x, w.t(), b, "gelu", precision="tf32x3")
+    ref = F.gelu(F.linear(x.double(), w.t().double(), b.double()))
+    assert float((out.double() - ref).norm() / ref.norm()) < 1e-6, (m, n, k)
 # The Hopper path's stream-K last wave (its tiles' k-tiles spread over every
 # cluster, partial sums through the workspace): nn (SwapAB) and nt, the
 # latter with a fused epilogue, where the H200's schedule takes it.

@@ -481,6 +481,8 @@ def test_few_rows_linear_epilogue(m, n, k, bias, activation, layout):
 
 # The largest M at which the automatic choice takes the few-rows GEMV
 # (dispatch.cu, few_rows_gemv_max_m), by weight layout and precision.
+# 3xTF32 on a row-major weight: up to 48 rows where nothing better runs, up
+# to 16 on Hopper, where the wgmma kernel that splits W in registers does.
 AUTO_MAX_M = {("row-major", "tf32"): 8, ("row-major", "tf32x3"): 48, ("row-major", "ieee"): 64,
               ("K-major", "tf32"): 4, ("K-major", "tf32x3"): 8, ("K-major", "ieee"): 16}
 
@@ -492,6 +494,8 @@ def test_few_rows_automatic_choice(layout, precision):
     tier in it, and not one row past it; the values are FP32's when they do
     and those of the precision when not."""
     limit = AUTO_MAX_M[layout, precision]
+    if (layout, precision) == ("row-major", "tf32x3") and kernel_runs_here("wgmma"):
+        limit = 16
     w = few_rows_weight(layout, 1000, 300)
     for m in sorted({2, 3, limit // 2 + 1, limit, limit + 1}):
         x = rows(m, 300)
@@ -521,15 +525,20 @@ def test_few_rows_automatic_choice_defers_to_a_forced_kernel():
 
 
 @pytest.mark.parametrize("m", [3, 6])
-def test_few_rows_on_staged_tf32x3_parts(m):
-    """x not 16-byte aligned: the GEMVs cannot read it, so 3xTF32 packs
-    both operands' big and small parts (3K columns) and runs them as TF32
-    would choose: the GEMV up to 4 rows, the skinny kernel above (the
-    GEMV's FP32 advantage over 3 MMAs does not apply to the parts)."""
+def test_few_rows_of_misaligned_x_tf32x3(m):
+    """x not 16-byte aligned: the GEMVs cannot read it. On Hopper the wgmma
+    kernel that splits W in registers packs x's parts and reads W in place;
+    elsewhere 3xTF32 packs both operands' big and small parts (3K columns)
+    and runs them as TF32 would choose: the GEMV up to 4 rows, the skinny
+    kernel above (the GEMV's FP32 advantage over 3 MMAs does not apply to
+    the parts)."""
     k, n = 300, 1000
     x, w = torch.randn(m, k + 1, device="cuda")[:, 1:], rows(n, k)
     info = kernel_info(x, w.mT, precision="tf32x3")
-    assert "3K columns" in info and ("on gemv" if m <= 4 else "on skinny") in info, info
+    if kernel_runs_here("wgmma"):
+        assert "B split into big and small TF32 parts in registers" in info, info
+    else:
+        assert "3K columns" in info and ("on gemv" if m <= 4 else "on skinny") in info, info
     out = poisoned_matmul(x, w.mT, "tf32x3")
     assert_matmul_close(out, x, w.mT, precision="tf32x3")
     assert rel_error(out, matmul_reference(x, w.mT)) < 1e-6

@@ -13,7 +13,8 @@ import pygpukit_torch
 from pygpukit_torch import linear_tf32, matmul_tf32
 from pygpukit_torch.testing import cublas_tf32
 from conftest import (CUDA_KERNELS, DEVICE_KERNELS, DEVICES, assert_matmul_close, error_bound,
-                      matmul_reference, opcheck, poisoned_matmul, rel_error, requires_cuda)
+                      kernel_runs_here, matmul_reference, opcheck, poison_next_output,
+                      poisoned_matmul, rel_error, requires_cuda)
 
 
 def run(a, b, precision="tf32x3"):
@@ -114,6 +115,137 @@ def test_tf32x3_nan_inf_like_torch(device, kernel):
     assert torch.equal(out.isnan(), ref.isnan())
     assert torch.equal(out.isinf() & (out > 0), ref.isinf() & (ref > 0))
     assert torch.equal(out.isinf() & (out < 0), ref.isinf() & (ref < 0))
+
+
+# What kernel_info names when the Hopper kernel splits the weight itself.
+WEIGHT_SPLIT_IN_REGISTERS = "3xTF32 (B split into big and small TF32 parts in registers, A's packed) on wgmma"
+
+
+def on_split3_kernel(x, w):
+    """Forces the wgmma path for `x @ w` and checks that the weight-splitting
+    kernel (WgmmaSplit3SwapAB) is what runs; skips off Hopper."""
+    if not kernel_runs_here("wgmma"):
+        pytest.skip("the wgmma path does not run on this GPU")
+    info = pygpukit_torch.kernel_info(x, w, precision="tf32x3")
+    assert info.startswith(WEIGHT_SPLIT_IN_REGISTERS), info
+
+
+def weight(n, k, layout):
+    """A weight W for `x @ W`: stored [in, out] (row-major) or as nn.Linear's
+    [out, in] and transposed (column-major), its rows 16-byte aligned for
+    any k (a view of rows padded to a multiple of 4), as TMA reads it in
+    place."""
+    if layout == "row-major":
+        return torch.randn(k, n, device="cuda")
+    return torch.randn(n, (k + 3) // 4 * 4, device="cuda")[:, :k].t()
+
+
+@requires_cuda
+@pytest.mark.parametrize("layout", ["row-major", "column-major"])
+@pytest.mark.parametrize("m", [1, 17, 64, 100, 128])
+@pytest.mark.parametrize("n,k", [(700, 1000), (256, 4099), (4096, 4096)])
+def test_tf32x3_weight_split_in_registers(m, n, k, layout):
+    """`x @ W`, M <= 128: the Hopper kernel reads W in place as FP32 (either
+    layout), splits it in registers and packs only x's parts. K not a
+    multiple of 32 ends in a part-filled k-tile; N = 700 ends inside a tile;
+    M = 17 and 100 inside C's 128-row tile."""
+    x, w = torch.randn(m, k, device="cuda"), weight(n, k, layout)
+    with pygpukit_torch.force_kernel("wgmma"):
+        on_split3_kernel(x, w)
+        out = run(x, w)
+    assert_matmul_close(out, x, w, precision="tf32x3")
+    assert rel_error(out, matmul_reference(x, w)) <= tf32x3_norm_bound(k)
+
+
+@requires_cuda
+def test_tf32x3_weight_split_at_most_cublas_fp32_error():
+    """The accuracy bar on the weight-splitting kernel at decode shapes, both
+    weight layouts: no larger than cuBLAS FP32 on the same random inputs.
+    On wide-range inputs (2^-20 to 2^20) a few products dominate every sum
+    and both errors sit at FP32's rounding floor (H200: 1.50e-7 against
+    cuBLAS FP32's 1.47e-7), so there the bar is 1.25x cuBLAS FP32."""
+    cases = [(torch.randn(64, 4096, device="cuda"), torch.randn(4096, 4096, device="cuda"), 1.0),
+             (torch.randn(100, 4096, device="cuda"), torch.randn(4096, 4096, device="cuda").t(), 1.0),
+             (wide_range(100, 4096, "cuda"), wide_range(4096, 1024, "cuda"), 1.25),
+             (wide_range(64, 4096, "cuda"), wide_range(1024, 4096, "cuda").t(), 1.25)]
+    for x, w, factor in cases:
+        with pygpukit_torch.force_kernel("wgmma"):
+            on_split3_kernel(x, w)
+            out = run(x, w)
+        ref = matmul_reference(x, w)
+        with cublas_tf32(False):
+            fp32 = rel_error(torch.matmul(x, w), ref)
+        assert rel_error(out, ref) <= factor * fp32, (rel_error(out, ref), fp32)
+
+
+@requires_cuda
+@pytest.mark.parametrize("layout", ["row-major", "column-major"])
+def test_tf32x3_weight_split_special_values(layout):
+    """Inf, NaN and values near FLT_MAX in the weight (which send their
+    warp's k-tile to the split's long form) and in x: the same NaN and Inf
+    pattern as the float64 product, and every output they do not reach
+    bitwise what it is without them (both forms give ordinary values the
+    same parts). Entries of W exact in TF32 (small part 0) meet x's Inf:
+    Inf * small would be NaN if corr did not guard it. The last k-tile is
+    part-filled (K = 300), so its rows past K meet x's parts at zero only."""
+    m, n, k = 40, 256, 300
+    x, w = torch.randn(m, k, device="cuda"), weight(n, k, layout)
+    w[5, :] = 1.0
+    x[:, 100] *= 2.0 ** -10  # its products with W's FLT_MAX below stay far from overflow
+    with pygpukit_torch.force_kernel("wgmma"):
+        on_split3_kernel(x, w)
+        plain = run(x, w)
+        x2, w2 = x.clone(), w.clone()
+        x2[3, 5], x2[10, 299], w2[7, 9], w2[298, 30] = float("inf"), float("nan"), float("-inf"), float("inf")
+        w2[100, 200] = torch.finfo(torch.float32).max  # split truncated, so big stays finite
+        x2[11, :] = 0.0
+        x2[11, 7] = float("inf")  # inf * finite and 0 * inf
+        out = run(x2, w2)
+    ref = matmul_reference(x2, w2)
+    assert torch.equal(out.isnan(), ref.isnan())
+    assert torch.equal(out.isinf() & (out > 0), ref.isinf() & (ref > 0))
+    assert torch.equal(out.isinf() & (out < 0), ref.isinf() & (ref < 0))
+    finite = ref.isfinite()
+    torch.testing.assert_close(out.double()[finite], ref[finite], rtol=1e-5, atol=1e-4)
+    rows = [r for r in range(m) if r not in (3, 10, 11)]
+    cols = [c for c in range(n) if c not in (9, 30, 200)]
+    assert torch.equal(out[rows][:, cols], plain[rows][:, cols])
+
+
+@requires_cuda
+def test_tf32x3_weight_split_batched_and_deterministic():
+    """A batch of weights (no split-K), and one weight over K cut into 8+
+    split-K ranges whose partial sums add in fixed order: bitwise the same
+    over 50 calls."""
+    x, w = torch.randn(3, 50, 300, device="cuda"), torch.randn(3, 300, 200, device="cuda")
+    with pygpukit_torch.force_kernel("wgmma"):
+        on_split3_kernel(x, w)
+        assert_matmul_close(run(x, w), x, w, precision="tf32x3")
+    x, w = torch.randn(64, 4096, device="cuda"), torch.randn(4096, 512, device="cuda")
+    with pygpukit_torch.force_kernel("wgmma"):
+        assert "split-K" in pygpukit_torch.kernel_info(x, w, precision="tf32x3")
+        first = run(x, w)
+        for _ in range(50):
+            assert torch.equal(run(x, w), first)
+
+
+@requires_cuda
+@pytest.mark.parametrize("n,k", [(1000, 512), (8500, 64)])
+@pytest.mark.parametrize("activation", ["none", "gelu"])
+def test_linear_tf32x3_weight_split_epilogue(n, k, activation):
+    """linear_tf32 (F.linear's weight [out, in]) on the weight-splitting
+    kernel with bias and activation: applied by the split-K reduction (N =
+    1000, C rows not 16-byte aligned) and by the kernel's own transposed
+    epilogue (N = 8500: enough tiles that K is not split)."""
+    x, w, b = torch.randn(70, k, device="cuda"), torch.randn(n, k, device="cuda"), torch.randn(n, device="cuda")
+    with pygpukit_torch.force_kernel("wgmma"):
+        on_split3_kernel(x, w.t())
+        assert ("split-K" in pygpukit_torch.kernel_info(x, w.t(), precision="tf32x3")) == (n == 1000)
+        poison_next_output((70, n), "cuda")
+        out = linear_tf32(x, w, b, activation, precision="tf32x3")
+    ref = F.linear(x.double(), w.double(), b.double())
+    ref = F.gelu(ref) if activation == "gelu" else ref
+    assert rel_error(out, ref) < 1e-6
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -212,26 +212,26 @@ def test_row_blocks_forced(m, n, k, precision):
     assert_linear_close(fused, x, w, b, "silu", precision=precision)
 
 
-def test_tf32x3_row_blocks_automatic():
+def test_tf32x3_automatic_rows():
     """Unforced, 3xTF32 on F.linear's layout takes the skinny kernel from 9
-    rows (above the GEMV's 8) up to 64 on Hopper, in blocks above 16 (they
-    were measured there only; elsewhere up to 16), and not at 65; TF32 keeps
-    it to 16 rows (the single block)."""
+    rows (above the GEMV's 8) up to 16, in one block; above that on Hopper
+    the wgmma kernel that splits W in registers, up to 128 rows (it reads W
+    once for all rows, the skinny kernel's blocks once per 16); elsewhere
+    neither. TF32 keeps the skinny kernel to 16 rows as well."""
     w = rows(1000, 300)
     hopper = kernel_runs_here("wgmma")
-    for m, blocks in ((9, False), (17, True), (64, True)):
+    for m in (9, 16, 17, 64, 128, 129):
         x = rows(m, 300)
         info = kernel_info(x, w.mT, precision="tf32x3")
-        if blocks and not hopper:
-            assert "skinny" not in info, (m, info)
+        if m <= 16:
+            assert "in registers) on skinny" in info and "blocks" not in info, (m, info)
         else:
-            assert "in registers) on skinny" in info and ("in blocks of 16 rows" in info) == blocks, (m, info)
+            assert "skinny" not in info, (m, info)
+            assert ("B split into big and small TF32 parts in registers" in info) == (hopper and m <= 128), (m, info)
         out = poisoned_matmul(x, w.mT, "tf32x3")
         assert_matmul_close(out, x, w.mT, precision="tf32x3")
         assert rel_error(out, matmul_reference(x, w.mT)) < 1e-6
-    for m, precision in ((65, "tf32x3"), (17, "tf32")):
-        info = kernel_info(rows(m, 300), w.mT, precision=precision)
-        assert "skinny" not in info, (m, precision, info)
+    assert "skinny" not in kernel_info(rows(17, 300), w.mT, precision="tf32")
 
 
 @pytest.mark.parametrize("case", ["m65", "x_offset", "w_row_major"])

@@ -51,7 +51,7 @@ const DeviceInfo& device_info(int device) {
 
 enum class Kernel {
   kWgmmaLarge, kWgmmaLargeSwapAB, kWgmmaSquare, kWgmmaMedium, kWgmmaMediumSwapAB, kWgmmaNarrow,
-  kWgmmaPromotedLarge, kWgmmaPromotedMedium,
+  kWgmmaPromotedLarge, kWgmmaPromotedMedium, kWgmmaSplit3SwapAB, kWgmmaSplit3SwapABKMajor,
   kMmaSyncLarge, kMmaSyncMedium, kMmaSyncSmall, kMmaSyncPromoted,
   kSkinny, kSkinnyWide, kGemv, kGemvRows, kGemvRowMajor,
   kFma
@@ -68,7 +68,12 @@ bool is_wgmma(Kernel k) {
          k == Kernel::kWgmmaSquare || k == Kernel::kWgmmaMedium ||
          k == Kernel::kWgmmaMediumSwapAB ||
          k == Kernel::kWgmmaNarrow ||
-         k == Kernel::kWgmmaPromotedLarge || k == Kernel::kWgmmaPromotedMedium;
+         k == Kernel::kWgmmaPromotedLarge || k == Kernel::kWgmmaPromotedMedium ||
+         k == Kernel::kWgmmaSplit3SwapAB || k == Kernel::kWgmmaSplit3SwapABKMajor;
+}
+
+bool is_wgmma_split3(Kernel k) {
+  return k == Kernel::kWgmmaSplit3SwapAB || k == Kernel::kWgmmaSplit3SwapABKMajor;
 }
 
 // The FP32 GEMVs (CUDA cores, any precision).
@@ -166,10 +171,34 @@ Choice swap_ab_choice(GemmProblem p, const DeviceInfo& d) {
                 : wgmma_choice<WgmmaLargeSwapAB>(Kernel::kWgmmaLargeSwapAB, p, d);
 }
 
-// 3xTF32 (its staged problem) takes the configurations that promote their
-// accumulators: its point is FP32 accuracy, which one long tensor-core
-// accumulation chain loses.
+// Whether WgmmaSplit3SwapAB (B row-major, as `x @ W` with W stored [in,
+// out]) or WgmmaSplit3SwapABKMajor (B column-major, F.linear's weight [out,
+// in]) can run `p`, 3xTF32 on unsplit operands (not a staged problem): M <=
+// 128 (one tile of C's rows), A row-major and B TMA-addressable, read in
+// place; A is packed per call, at any alignment.
+bool split3_swap_ab_runs(const GemmProblem& p, Precision precision) {
+  static_assert(WgmmaSplit3SwapAB::BN == WgmmaSplit3SwapABKMajor::BN, "one limit on M");
+  if (precision != Precision::kTF32x3 || p.split3_parts || p.M > WgmmaSplit3SwapAB::BN ||
+      p.layout_a != Layout::kRowMajor)
+    return false;
+  return p.layout_b == Layout::kRowMajor
+             ? tma_compatible(p.B, p.K, p.ldb, p.batch, p.batch_stride_b)
+             : tma_compatible(p.B, p.N, p.ldb, p.batch, p.batch_stride_b);
+}
+
+// 3xTF32 takes the configurations that promote their accumulators: its
+// point is FP32 accuracy, which one long tensor-core accumulation chain
+// loses. Unsplit operands that WgmmaSplit3SwapAB runs go there (the weight
+// read once, in place); the rest are staged problems (both operands packed
+// as parts over 3K columns).
 Choice choose_wgmma(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
+  if (split3_swap_ab_runs(p, precision)) {
+    GemmProblem t = p;
+    std::swap(t.M, t.N);
+    return p.layout_b == Layout::kRowMajor
+               ? wgmma_choice<WgmmaSplit3SwapAB>(Kernel::kWgmmaSplit3SwapAB, t, d)
+               : wgmma_choice<WgmmaSplit3SwapABKMajor>(Kernel::kWgmmaSplit3SwapABKMajor, t, d);
+  }
   if (precision == Precision::kTF32x3)
     return p.M <= 128 ? wgmma_choice<WgmmaPromotedMedium>(Kernel::kWgmmaPromotedMedium, p, d)
                       : wgmma_choice<WgmmaPromotedLarge>(Kernel::kWgmmaPromotedLarge, p, d);
@@ -298,16 +327,22 @@ Choice few_rows_gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
 // kernel): 32 rows 79-248 vs 140-450 / 532-1970 us, 48 rows 119-370 vs
 // 141-450 / 541-1988, 64 rows 159-494 vs 142-454 / 547-2009. So 3xTF32
 // takes it up to 48 rows (1.19-1.33x there), FP32 up to 64 (1.4-6.7x).
+// Session 12: where the Hopper kernel that splits W in registers runs
+// (WgmmaSplit3SwapAB: 62.7 / 198 / 182 us at 16 to 64 rows, 66 / 205 / 194
+// at 128), 3xTF32 takes the GEMV up to 16 rows only (16 rows 39.7 / 123 /
+// 110; 32 rows 80 / 247 / 225).
 // The cost of a rows-per-CTA tier does not depend on M within it (rows past
 // M do full work), so each limit is a tier's top. 3xTF32's packed parts
 // (split3_parts: three products over 3K columns) compare as TF32 does.
 // Measured on the H200 only.
 static_assert(kGemvRowsMaxRows == kGemvRowMajorMaxRows, "both GEMVs compute up to 16 rows at once");
-int64_t few_rows_gemv_max_m(const GemmProblem& p, Precision precision) {
+int64_t few_rows_gemv_max_m(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   const bool row_major = gemv_rowmajor_runs(p);
   if (precision == Precision::kIEEE) return row_major ? kGemvRowMajorMaxM : kGemvRowsMaxRows;
   const bool unsplit_tf32x3 = precision == Precision::kTF32x3 && !p.split3_parts;
-  if (row_major) return unsplit_tf32x3 ? 3 * kGemvRowMajorMaxRows : 8;
+  const bool split3_wgmma = wgmma_available(d) && split3_swap_ab_runs(p, precision);
+  if (row_major)
+    return unsplit_tf32x3 ? (split3_wgmma ? 1 : 3) * kGemvRowMajorMaxRows : 8;
   return unsplit_tf32x3 ? 8 : 4;
 }
 
@@ -323,16 +358,14 @@ Choice single_row_choice(const GemmProblem& p, const DeviceInfo& d) {
 // once whatever M is: on the H200 at 4096 x 4096 it took 21-23 us at M = 1
 // to 16 against the wgmma path's 44-45 us (session 3: 64x256 tiles,
 // split-K and a reduction pass).
+// 3xTF32 keeps the same limit on Hopper: above it the kernel that splits W
+// in registers (WgmmaSplit3SwapABKMajor) reads W once for all rows, where
+// the skinny kernel's blocks of 16 rows (forced) re-read it per block. H200,
+// bench_tf32x3_decode.py, weights 4096x4096 / 14336x4096 / 4096x14336,
+// blocks (session 11): 32 rows 64.7 / 202 / 206 us, 48 rows 97 / 308 /
+// 302, 64 rows 130 / 415 / 412.
 constexpr int64_t kSkinnyAutoMaxM = 16;
 static_assert(kSkinnyAutoMaxM <= SkinnyNarrow::kMaxM, "one block of rows");
-// 3xTF32 on unsplit operands takes the skinny kernel's blocks of 16 rows up
-// to this M: each block re-reads B where the wgmma path packs three copies
-// of B per call, whose time hardly moves with M. H200, session 11
-// (bench_tf32x3_decode.py, us, weights 4096x4096 / 14336x4096 /
-// 4096x14336, blocks vs packed): 32 rows 64.7 / 202 / 206 vs 140 / 444 /
-// 439; 48 rows 97.2 / 308 / 302 vs 141 / 447 / 444; 64 rows 130 / 415 /
-// 412 vs 142 / 453 / 444.
-constexpr int64_t kSkinnyTf32x3AutoMaxM = kSkinnyMaxM;
 
 // With the 64x128 wgmma tile (session 4) the wgmma path catches up above
 // M = 8 on large weights. H200, graph-timed device time (session 5), skinny
@@ -356,9 +389,7 @@ constexpr int64_t kSkinnyUnderfilledMaxK = 8192;
 // can run. Off Hopper the alternative (mma.sync tiles, no split-K) has no
 // more CTAs than skinny, so skinny always.
 bool skinny_preferred(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
-  // The blocks were measured against the wgmma path's packed operands only.
-  const bool blocks = precision == Precision::kTF32x3 && !p.split3_parts && wgmma_available(d);
-  if (p.M > (blocks ? kSkinnyTf32x3AutoMaxM : kSkinnyAutoMaxM)) return false;
+  if (p.M > kSkinnyAutoMaxM) return false;
   if (!wgmma_available(d)) return true;
   if (precision == Precision::kTF32 && p.M > kSkinnyOverWgmmaMaxM &&
       p.N * p.K > kSkinnyOverWgmmaMaxWeight)
@@ -381,8 +412,8 @@ Choice skinny_choice(const GemmProblem& p, Precision precision, const DeviceInfo
 // benchmarks: auto (default), wgmma, wgmma_swap_ab, mma_sync (the family,
 // automatic tile), mma_sync_large, mma_sync_medium, mma_sync_small, skinny,
 // gemv, fma. A forced kernel that cannot run the problem (wgmma off Hopper,
-// wgmma_swap_ab where swap_ab_runs is false, large tile with unaligned
-// operands, too little shared memory, skinny with M > 64 or an operand that
+// wgmma_swap_ab where neither swap_ab_runs nor (3xTF32) split3_swap_ab_runs,
+// large tile with unaligned operands, too little shared memory, skinny with M > 64 or an operand that
 // is not K-major and 16-byte aligned, gemv with a weight neither K-major
 // nor row-major and 16-byte aligned, or with M > 16 (K-major) or 64
 // (row-major), a batch, or (M > 1)
@@ -414,7 +445,7 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   // few-rows GEMVs, always when forced, unforced where they win
   // (few_rows_gemv_max_m).
   const bool few_rows_run = few_rows_gemv_runs(p);
-  const bool few_rows = few_rows_run && p.M <= few_rows_gemv_max_m(p, precision);
+  const bool few_rows = few_rows_run && p.M <= few_rows_gemv_max_m(p, precision, d);
   if (few_rows_run && (forced == "gemv" || (forced == "auto" && few_rows)))
     return few_rows_gemv_choice(p, d);
   if (precision == Precision::kIEEE) return {Kernel::kFma};
@@ -424,6 +455,8 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   const bool wgmma = wgmma_available(d);
   if (forced == "wgmma" && wgmma) return choose_wgmma(p, precision, d);
   if (forced == "wgmma_swap_ab" && wgmma && swap_ab_runs(p, precision)) return swap_ab_choice(p, d);
+  if (forced == "wgmma_swap_ab" && wgmma && split3_swap_ab_runs(p, precision))
+    return choose_wgmma(p, precision, d);
   if (forced == "mma_sync_large" && vec16 && fits<MmaSyncLarge>(p, d)) return {Kernel::kMmaSyncLarge, true};
   if (forced == "mma_sync_medium" && fits<MmaSyncMedium>(p, d)) return {Kernel::kMmaSyncMedium, vec16};
   if (forced == "mma_sync_small") return {Kernel::kMmaSyncSmall, vec16};
@@ -436,6 +469,9 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   // Decode-sized M on any sm_80+ GPU: B streamed once, no split-K pass.
   if (automatic && skinny_runs(p) && skinny_preferred(p, precision, d))
     return skinny_choice(p, precision, d);
+  // 3xTF32 at decode-sized M on Hopper: the kernel that splits the weight
+  // in registers, at any size (the alternative packs both operands too).
+  if (automatic && wgmma && split3_swap_ab_runs(p, precision)) return choose_wgmma(p, precision, d);
   // On Hopper, wgmma for everything but small problems.
   if (automatic && wgmma && p.M * p.N * p.K * p.batch >= kWgmmaMinMacs)
     return choose_wgmma(p, precision, d);
@@ -528,7 +564,8 @@ Staging plan_staging(const GemmProblem& p, bool for_wgmma, bool tf32x3) {
 
 // The problem on the staged operands: A row-major and B column-major (both
 // K-major) in the workspace at `ws`, over 3K columns for 3xTF32 (whose
-// splits give pack_a and pack_b the same column count).
+// splits give pack_a and pack_b the same column count). kPartsAligned's
+// parts are read one by one by a kernel that keeps K.
 GemmProblem staged_problem(GemmProblem p, const Staging& s, const uint8_t* ws) {
   if (s.pack_a) {
     p.A = reinterpret_cast<const float*>(ws);
@@ -542,6 +579,7 @@ GemmProblem staged_problem(GemmProblem p, const Staging& s, const uint8_t* ws) {
     p.layout_b = Layout::kColMajor;
     p.batch_stride_b = s.batch_b == 1 ? 0 : p.N * p.ldb;
   }
+  if (s.split_a == PackSplit::kPartsAligned) return p;
   p.K = packed_cols(p.K, s.split_a);
   p.split3_parts = s.split_a != PackSplit::kNone;
   return p;
@@ -562,8 +600,17 @@ cudaError_t launch_staging(const GemmProblem& p, const Staging& s, uint8_t* ws,
 }
 
 // What the wgmma kernel `k` needs packed: nothing for the kSwapAB
-// configurations, which read the row-major B in place.
+// configurations, which read the row-major B in place, except A's 3xTF32
+// parts for WgmmaSplit3SwapAB.
 Staging wgmma_staging(const GemmProblem& p, Kernel k) {
+  if (is_wgmma_split3(k)) {
+    Staging s;
+    s.pack_a = true;
+    s.split_a = PackSplit::kPartsAligned;
+    s.batch_a = p.batch_stride_a == 0 ? 1 : p.batch;
+    s.bytes_a = workspace_round(s.batch_a * p.M * packed_cols(p.K, s.split_a));
+    return s;
+  }
   return k == Kernel::kWgmmaLargeSwapAB || k == Kernel::kWgmmaMediumSwapAB
              ? Staging{}
              : plan_staging(p, /*for_wgmma=*/true, /*tf32x3=*/false);
@@ -588,6 +635,10 @@ auto with_wgmma_config(Kernel k, F&& f) {
       return f(static_cast<WgmmaLargeSwapAB*>(nullptr));
     case Kernel::kWgmmaMediumSwapAB:
       return f(static_cast<WgmmaMediumSwapAB*>(nullptr));
+    case Kernel::kWgmmaSplit3SwapAB:
+      return f(static_cast<WgmmaSplit3SwapAB*>(nullptr));
+    case Kernel::kWgmmaSplit3SwapABKMajor:
+      return f(static_cast<WgmmaSplit3SwapABKMajor*>(nullptr));
     default:
       return f(static_cast<WgmmaLarge*>(nullptr));
   }
@@ -620,7 +671,8 @@ std::string wgmma_name(const GemmProblem& p, Kernel k, int splits) {
   std::string name = "wgmma " + to_string(Config::BM) + "x" + to_string(Config::BN) + "x" +
                      to_string(Config::BK) + " stages " + to_string(Config::kStages) +
                      " cluster " + to_string(Config::kClusterM) + "x1";
-  if (Config::kPromoteKTiles > 0)
+  if (Config::kPromoteKTiles == 1) name += " promoted every k-tile";
+  if (Config::kPromoteKTiles > 1)
     name += " promoted every " + to_string(Config::kPromoteKTiles) + " k-tiles";
   if (Config::kSwapAB) name += " swap AB (B^T from registers, C^T stored transposed)";
   if (splits > 1) name += " split-K " + to_string(splits);
@@ -644,10 +696,11 @@ bool tf32x3_on_fma(const GemmProblem& p) {
 
 // 3xTF32 on the unsplit operands, read in place, which saves the pack (three
 // copies of the weight per call): the skinny kernel splits them in
-// registers, the GEMV computes in FP32, at least as accurate as 3xTF32.
+// registers, WgmmaSplit3SwapAB the weight (packing only the few rows of A),
+// the GEMV computes in FP32, at least as accurate as 3xTF32.
 bool tf32x3_unstaged(const GemmProblem& p) {
   const Kernel k = choose(p, Precision::kTF32x3, device_info(current_device())).kernel;
-  return k == Kernel::kSkinny || k == Kernel::kSkinnyWide || is_gemv(k);
+  return k == Kernel::kSkinny || k == Kernel::kSkinnyWide || is_wgmma_split3(k) || is_gemv(k);
 }
 
 // Workspace, launch and name of what choose() picks for `p`; for kTF32x3,
@@ -679,6 +732,8 @@ cudaError_t run_chosen(const GemmProblem& p, Precision precision, void* workspac
     case Kernel::kWgmmaNarrow:
     case Kernel::kWgmmaPromotedLarge:
     case Kernel::kWgmmaPromotedMedium:
+    case Kernel::kWgmmaSplit3SwapAB:
+    case Kernel::kWgmmaSplit3SwapABKMajor:
       return run_wgmma(p, c, workspace, workspace_bytes, stream);
     case Kernel::kMmaSyncLarge:
       return launch_mma_sync_width<MmaSyncLarge, true>(p, stream);
@@ -718,6 +773,8 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
     case Kernel::kWgmmaNarrow:
     case Kernel::kWgmmaPromotedLarge:
     case Kernel::kWgmmaPromotedMedium:
+    case Kernel::kWgmmaSplit3SwapAB:
+    case Kernel::kWgmmaSplit3SwapABKMajor:
       name = with_wgmma_config(c.kernel, [&](auto* config) {
         return wgmma_name<std::remove_pointer_t<decltype(config)>>(p, c.kernel, c.splits);
       });
@@ -804,9 +861,11 @@ std::string describe_gemm(const GemmProblem& p, Precision precision) {
   if (precision == Precision::kTF32x3) {
     if (tf32x3_on_fma(p)) return "fma (3xTF32 without TF32 tensor cores: plain FP32)";
     if (tf32x3_unstaged(p)) {
-      const bool gemv = is_gemv(choose(p, precision, device_info(current_device())).kernel);
-      return (gemv ? "FP32 (at least as accurate as 3xTF32) on "
-                   : "3xTF32 (A, B split into big and small TF32 parts in registers) on ") +
+      const Kernel k = choose(p, precision, device_info(current_device())).kernel;
+      if (is_gemv(k)) return "FP32 (at least as accurate as 3xTF32) on " + describe_chosen(p, precision);
+      return (is_wgmma_split3(k)
+                  ? "3xTF32 (B split into big and small TF32 parts in registers, A's packed) on "
+                  : "3xTF32 (A, B split into big and small TF32 parts in registers) on ") +
              describe_chosen(p, precision);
     }
     const Staging s = plan_staging(p, false, true);

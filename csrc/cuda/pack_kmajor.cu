@@ -19,6 +19,13 @@ __device__ __forceinline__ void store_packed(float* __restrict__ row, int64_t K,
     return;
   }
   const Tf32Parts x3 = tf32_split(x);
+  if (split == PackSplit::kPartsAligned) {
+    const int64_t segment = packed_ld(K);
+    row[k] = x3.big;
+    row[segment + k] = x3.small;
+    row[2 * segment + k] = x3.corr;
+    return;
+  }
   row[k] = split == PackSplit::kSmallBigBig ? x3.small : x3.corr;
   row[K + k] = split == PackSplit::kSmallBigBig ? x3.corr : x3.small;
   row[2 * K + k] = x3.big;
@@ -35,6 +42,9 @@ __device__ __forceinline__ void pack_tile(const float* __restrict__ s, bool k_ma
                                           float (&tile)[kTile][kTile + 1]) {
   const int tx = threadIdx.x, ty = threadIdx.y;
   constexpr int kPasses = kTile / kRowsPerPass, kLaneCols = kTile / 32;
+  // Columns stored per segment: K, or kPartsAligned's zero padding too (the
+  // loads below give 0 past K; the grid's kTile-wide column tiles reach it).
+  const int64_t cols = split == PackSplit::kPartsAligned ? packed_ld(K) : K;
   float v[kPasses][kLaneCols];
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
@@ -62,7 +72,7 @@ __device__ __forceinline__ void pack_tile(const float* __restrict__ s, bool k_ma
     for (int c = 0; c < kLaneCols; ++c) {
       const int i = ty + pass * kRowsPerPass, j = tx + 32 * c;
       const int64_t r = r0 + i, k = k0 + j;
-      if (r < rows && k < K) store_packed(dst + r * ldp, K, k, tile[i][j], split);
+      if (r < rows && k < cols) store_packed(dst + r * ldp, K, k, tile[i][j], split);
     }
   }
   __syncthreads();  // the tile is reused by the next iteration

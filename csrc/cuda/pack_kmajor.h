@@ -23,10 +23,18 @@ __host__ __device__ inline int64_t packed_ld(int64_t K) { return (K + 31) / 32 *
 //   a_small*b_big + a_big*b_small + a_big*b_big, small terms first.
 // For a non-finite x the first two segments hold 0, so Inf and NaN enter
 // only big*big, as in a TF32 GEMM.
-enum class PackSplit { kNone, kSmallBigBig, kBigSmallBig };
+//   kPartsAligned [big | small | corr] for a kernel that reads each part of
+//   a k-tile on its own (WgmmaSplit3SwapAB, which splits the other operand
+//   in registers): corr is big for a finite x and 0 otherwise (it multiplies
+//   the other operand's small part), and each segment takes packed_ld(K)
+//   columns, zero past K, so that a k-tile's box starts 128-byte aligned and
+//   never reaches into the next segment.
+enum class PackSplit { kNone, kSmallBigBig, kBigSmallBig, kPartsAligned };
 
-// Columns of a packed row: K, or 3K for a 3xTF32 split.
+// Columns of a packed row: K, 3K for a 3xTF32 split, 3 packed_ld(K) for
+// kPartsAligned.
 __host__ __device__ inline int64_t packed_cols(int64_t K, PackSplit split) {
+  if (split == PackSplit::kPartsAligned) return 3 * packed_ld(K);
   return split == PackSplit::kNone ? K : 3 * K;
 }
 
@@ -35,7 +43,8 @@ __host__ __device__ inline int64_t packed_cols(int64_t K, PackSplit split) {
 // else src[b * batch_stride + k * ld + r] (an MN-major operand, transposed
 // on the way). dst rows are packed_ld(packed_cols(K, split)) floats apart,
 // batch entries rows times that; the padding columns are left unwritten
-// (TMA never reads them: the tensor map has the true column count). Runs on
+// (TMA never reads them: the tensor map has the true column count), except
+// kPartsAligned's, which are zeros. Runs on
 // `stream`, no sync.
 cudaError_t launch_pack_kmajor(const float* src, bool k_major, int64_t ld, int64_t batch_stride,
                                int64_t rows, int64_t K, int64_t batch, PackSplit split,

@@ -165,6 +165,11 @@ __device__ __forceinline__ uint32_t atom_add_acq_rel_gpu(uint32_t* counter, uint
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// Arrives at barrier `id` without waiting (9.7.13.1): the threads that
+// bar.sync on it wait for these too.
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 // A 32-bit load from shared memory at byte address `addr` (9.7.9.8). Spelled
 // out because a pointer that reached the kernel's shared memory through a

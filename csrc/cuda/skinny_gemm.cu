@@ -135,18 +135,6 @@ __device__ __forceinline__ Fragments<Cfg> to_fragments(const LoadBlock<Cfg>& f) 
   return r;
 }
 
-// One value's 3xTF32 parts as MMA operands. small is finite (0 for Inf and
-// NaN), so rounding it to nearest TF32 (ties away) is adding half a TF32 ulp:
-// the MMA ignores the 13 low bits.
-template <bool kPlain>
-__device__ __forceinline__ void split_operand(uint32_t v, uint32_t& big, uint32_t& small,
-                                              uint32_t& corr) {
-  const Tf32Parts x = kPlain ? tf32_split_plain(__uint_as_float(v)) : tf32_split(__uint_as_float(v));
-  big = __float_as_uint(x.big);
-  small = __float_as_uint(x.small) + 0x1000u;
-  corr = __float_as_uint(x.corr);
-}
-
 // The 3xTF32 MMAs of one block: each k8 step splits its fragments
 // (tf32_split.cuh) and runs a_small*b_big + a_big*b_small + a_big*b_big,
 // small terms first. kPlain: every value of the block passed
@@ -160,13 +148,14 @@ __device__ __forceinline__ void mma_block_split3(const Fragments<Cfg>& f,
     for (int e = 0; e < 2; ++e) {
       uint32_t a_big[4], a_small[4], a_corr[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) split_operand<kPlain>(f.a[h][e][i], a_big[i], a_small[i], a_corr[i]);
+      for (int i = 0; i < 4; ++i)
+        tf32_split_operand<kPlain>(f.a[h][e][i], a_big[i], a_small[i], a_corr[i]);
 #pragma unroll
       for (int j = 0; j < Cfg::kMmaN; ++j) {
         uint32_t b_big[2], b_small[2], b_corr[2];
 #pragma unroll
         for (int i = 0; i < 2; ++i)
-          split_operand<kPlain>(f.b[j][h][e][i], b_big[i], b_small[i], b_corr[i]);
+          tf32_split_operand<kPlain>(f.b[j][h][e][i], b_big[i], b_small[i], b_corr[i]);
         ptx::mma_m16n8k8_tf32(acc[j], a_small, b_corr);
         ptx::mma_m16n8k8_tf32(acc[j], a_corr, b_small);
         ptx::mma_m16n8k8_tf32(acc[j], a_big, b_big);

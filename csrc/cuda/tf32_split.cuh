@@ -1,5 +1,6 @@
 // The 3xTF32 split of one FP32 value, shared by the pack kernel (which writes
-// the parts to memory) and the skinny kernel (which splits in registers).
+// the parts to memory) and the kernels that split in registers (skinny, and
+// the Hopper kernel's WgmmaSplit3SwapAB).
 #pragma once
 
 #include <cstdint>
@@ -42,6 +43,19 @@ __device__ __forceinline__ Tf32Parts tf32_split(float x) {
   if (!isfinite(x)) return {x, 0.0f, 0.0f};
   const float big = __uint_as_float(__float_as_uint(x) & kTf32Bits);
   return {big, __uint_as_float(__float_as_uint(x - big) & kTf32Bits), big};
+}
+
+// One value's 3xTF32 parts as tensor-core operand registers. small is finite
+// (0 for Inf and NaN), so rounding it to nearest TF32 (ties away) is adding
+// half a TF32 ulp: the MMAs ignore the 13 low bits. kPlain: v passed
+// tf32_split_is_plain.
+template <bool kPlain>
+__device__ __forceinline__ void tf32_split_operand(uint32_t v, uint32_t& big, uint32_t& small,
+                                                   uint32_t& corr) {
+  const Tf32Parts x = kPlain ? tf32_split_plain(__uint_as_float(v)) : tf32_split(__uint_as_float(v));
+  big = __float_as_uint(x.big);
+  small = __float_as_uint(x.small) + 0x1000u;
+  corr = __float_as_uint(x.corr);
 }
 
 }  // namespace pygpukit

@@ -34,19 +34,36 @@ namespace pygpukit {
 // read into registers; its B operand is A, K-major as it lies; its output
 // is C^T, written transposed into C by the epilogue. BM then runs along
 // C's N and BN along C's M.
+//
+// kSplit3 (with kSwapAB; 3xTF32 at decode-sized M): the register operand,
+// B^T (the weight), is TMA-loaded as FP32 and split in registers into big,
+// small and corr parts (tf32_split.cuh), so the weight is read once, in
+// place; the shared-memory operand A (the activations, a few rows) comes
+// packed per call as [big | small | corr] (PackSplit::kPartsAligned), the
+// three parts of a k-tile side by side in each stage. Per k8 step three MMAs
+// into one accumulation: B_small * A_corr + B_corr * A_small + B_big * A_big.
+// Promoted every k-tile (kPromoteKTiles 1), which also retires a k-tile's
+// MMAs before the next k-tile's fragments overwrite their registers.
+//
+// kSwapKMajor (with kSwapAB): B is column-major instead (B^T K-major, as
+// F.linear's weight [N][K] lies), loaded as one K-major box per stage and
+// read into registers row by row.
 template <int BM_, int BN_, int kStages_, int kClusterM_, int kPromoteKTiles_ = 0,
-          bool kSwapAB_ = false>
+          bool kSwapAB_ = false, bool kSplit3_ = false, bool kSwapKMajor_ = false>
 struct WgmmaConfig {
   static constexpr int BM = BM_, BN = BN_, kClusterM = kClusterM_;
   static constexpr int kPromoteKTiles = kPromoteKTiles_;
-  static constexpr bool kSwapAB = kSwapAB_;
+  static constexpr bool kSwapAB = kSwapAB_, kSplit3 = kSplit3_, kSwapKMajor = kSwapKMajor_;
+  // Tiles of the shared-memory operand per stage: its three parts, or one.
+  static constexpr int kPartsB = kSplit3 ? 3 : 1;
   // One 128-byte swizzle atom of TF32 along K: the widest box a
   // CU_TENSOR_MAP_SWIZZLE_128B copy may have.
   static constexpr int BK = 32;
   static constexpr int kStages = kStages_;
   static constexpr int kConsumers = BM / 64;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  static constexpr int kStageBytesA = BM * BK * 4, kStageBytesB = BN * BK * 4;
+  static constexpr int kStageBytesA = BM * BK * 4, kPartBytesB = BN * BK * 4;
+  static constexpr int kStageBytesB = kPartsB * kPartBytesB;
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
   // The epilogue stages C through shared memory in 64 x 32 chunks (one
   // 128-byte swizzle atom wide; with kSwapAB 32 rows x 64 columns of C, as
@@ -64,9 +81,14 @@ struct WgmmaConfig {
                 "two sets of 64 x 256 accumulators do not fit a thread's registers");
   static_assert(kStageBytesA % 1024 == 0 && (BN / kClusterM) % 8 == 0,
                 "every tile and multicast slice must start 1024-byte aligned");
-  static_assert(!kSwapAB || (BM == 128 && kPromoteKTiles == 0),
-                "the register-operand mainloop gives each of two consumers 64 of C's columns, "
-                "without promotion");
+  static_assert(!kSwapAB || BM == 128,
+                "the register-operand mainloop gives each of two consumers 64 of C's columns");
+  static_assert(!kSwapAB || (kPromoteKTiles == 0) == !kSplit3,
+                "the register-operand mainloop promotes for 3xTF32 only");
+  static_assert(!kSwapKMajor || kSwapAB, "K-major B^T is the swapped kernels' register operand");
+  static_assert(!kSplit3 || (kSwapAB && kPromoteKTiles == 1 && kClusterM == 1),
+                "the split mainloop keeps one set of fragments (each k-tile's MMAs retire "
+                "before the next k-tile's loads), and loads its three parts unclustered");
   // Rows of C per TMA store box: a 64 x 32 chunk of one consumer's
   // accumulators, or with kSwapAB a 32 x 32 box, two of which (64 columns of
   // C) fill one epilogue buffer.
@@ -116,6 +138,12 @@ using WgmmaMediumSwapAB = WgmmaConfig<128, 128, 6, 1, 0, true>;
 // 4 k-tiles (128 of K), 6 stages of 32 KB; clusters of 2 along M for M > 128.
 using WgmmaPromotedLarge = WgmmaConfig<128, 128, 6, 2, 4>;
 using WgmmaPromotedMedium = WgmmaConfig<128, 128, 6, 1, 4>;
+// 3xTF32 `a @ b` (both row-major) at decode-sized M (<= 128), the weight B
+// split in registers (kSplit3): WgmmaMediumSwapAB's tile, 3 stages of 16 KB
+// of B^T plus 3 x 16 KB of A's parts, promoted every k-tile: 225 KB.
+using WgmmaSplit3SwapAB = WgmmaConfig<128, 128, 3, 1, 1, true, true>;
+// The same for B column-major (`x @ W.T`, F.linear's weight [out, in]).
+using WgmmaSplit3SwapABKMajor = WgmmaConfig<128, 128, 3, 1, 1, true, true, true>;
 
 // What launch_wgmma_gemm<Config> does for `problem` with `splits` on the
 // current device: the workspace it needs (split-K's partial products, or

@@ -3,7 +3,8 @@
 // warpgroups (wgmma), with full/empty mbarrier pairs per pipeline stage.
 // TF32 rounding is free: the tensor maps declare the data TFLOAT32, so TMA
 // rounds each element to nearest while copying it (the approach of CUTLASS's
-// sm90 TF32 kernels; see docs/tf32_tensorcore_design.md). Instantiated per
+// sm90 TF32 kernels; see docs/tf32_tensorcore_design.md); only the 3xTF32
+// split in registers (kSplit3) loads FP32 and rounds its parts itself. Instantiated per
 // configuration in wgmma_gemm_<config>.cu.
 #pragma once
 
@@ -16,9 +17,11 @@
 
 #include "epilogue.cuh"
 #include "launch_util.h"
+#include "pack_kmajor.h"
 #include "ptx_sm90.cuh"
 #include "splitk_reduce.h"
 #include "tensor_map.h"
+#include "tf32_split.cuh"
 #include "tile_raster.cuh"
 #include "wgmma_config.h"
 
@@ -262,7 +265,10 @@ __device__ __forceinline__ void store_tile(const WgmmaParams& p, const CUtensorM
 }
 
 // kSwapAB: which of its warpgroup's 64 columns of C a row of the register
-// operand holds. The A operand (B^T) lies N-major in shared memory, in boxes
+// operand holds. With kSwapKMajor (B column-major) the A operand (B^T) lies
+// K-major in shared memory, one 128-byte swizzled row per column of C, and
+// row g of 8 consecutive rows reads chunk q ^ g for k = 4q + t: all 32 banks,
+// so rows go in order. Otherwise it lies N-major, in boxes
 // of 32 k-rows x 32 columns with the 128-byte swizzle, and each thread reads
 // its fragment elements (rows g and g + 8, k = t and t + 4) one by one.
 // Taken in order, the rows g = 0..7 of one k-row would hit two 16-byte chunks
@@ -271,16 +277,21 @@ __device__ __forceinline__ void store_tile(const WgmmaParams& p, const CUtensorM
 // stands for, so rows are assigned to columns such that the eight rows g of
 // a warp's half h read chunks p and p + 4 (p = 2 (warp % 2) + h): XOR k % 8
 // with k = 0..3 (or 4..7) then spreads the 32 lanes over all 32 banks.
+template <class Cfg>
 __device__ __forceinline__ int swap_ab_column(int warp, int g, int h) {
+  if constexpr (Cfg::kSwapKMajor) return 16 * warp + 8 * h + g;
   return 32 * (warp / 2) + 4 * (2 * (warp % 2) + h + 4 * (g / 4)) + g % 4;
 }
 
 // Byte offset, within one stage's A tile, of the element that register i
-// (0..3) of the fragment for k8-step 0 holds; step kk adds kk * 8 rows of
-// 128 bytes. Consumer c's 64 columns are the boxes 2c and 2c + 1.
-__device__ __forceinline__ int swap_ab_fragment_offset(int c, int warp, int lane, int i) {
-  const int g = lane / 4, t = lane % 4, h = i % 2, k = t + 4 * (i / 2);
-  const int col = swap_ab_column(warp, g, h);
+// (0..3) of the fragment for k8-step kk holds. K-major: consumer c's 64
+// columns are rows 64c .. 64c + 63 of the tile; N-major: boxes 2c and 2c + 1,
+// where step kk adds kk * 8 rows of 128 bytes.
+template <class Cfg>
+__device__ __forceinline__ int swap_ab_fragment_offset(int c, int warp, int lane, int i, int kk) {
+  const int g = lane / 4, t = lane % 4, h = i % 2, k = 8 * kk + t + 4 * (i / 2);
+  const int col = swap_ab_column<Cfg>(warp, g, h);
+  if constexpr (Cfg::kSwapKMajor) return swizzle128(64 * c + col, k);
   return (2 * c + col / 32) * 4096 + swizzle128(k, col % 32);
 }
 
@@ -323,7 +334,7 @@ __device__ __forceinline__ void store_tile_transposed(const WgmmaParams& p,
       const int j = chunk * 4 + jj;  // accumulator n8 block: C's rows 8j .. 8j + 7
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int col = swap_ab_column(warp, g, h);
+        const int col = swap_ab_column<Cfg>(warp, g, h);
 #pragma unroll
         for (int e = 0; e < 2; ++e)
           *reinterpret_cast<float*>(buffer + (col / 32) * kBoxBytes +
@@ -420,10 +431,10 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
   constexpr int kPromote = Cfg::kPromoteKTiles;
   float acc[kAcc];
   float total[kAcc];  // the promoted sums (kPromote > 0 only; otherwise unused)
-  // kSwapAB: where this thread's A fragment lies in a stage.
-  int a_offset[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) a_offset[i] = swap_ab_fragment_offset(c, (threadIdx.x % 128) / 32, lane, i);
+  // kSwapAB: where register i of this thread's A fragment for k8-step kk
+  // lies in a stage.
+  const int warp = (threadIdx.x % 128) / 32;
+  auto a_offset = [&](int i, int kk) { return swap_ab_fragment_offset<Cfg>(c, warp, lane, i, kk); };
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
   int it = 0;  // pipeline slot counter, continuous across work tiles
@@ -432,7 +443,10 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
   for (int64_t item = 0; item < items; ++item) {
     const WorkTile tile = cluster_work<Cfg>(p, cluster, clusters, item, rank);
     bool previous_released = true;  // the slot of k-tile kt - 1 (none before the first)
-    bool first_chunk = true;        // no promoted sum yet in this tile
+    if constexpr (kPromote > 0) {
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) total[i] = 0.0f;
+    }
     // One k-tile: wait for its slot, issue(s, fresh) its MMAs, then either
     // promote or keep them in flight while releasing the previous slot.
     auto k_tile = [&](int kt, auto&& issue) {
@@ -456,9 +470,8 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) {
           ptx::fence_operand(acc[i]);
-          total[i] = first_chunk ? acc[i] : total[i] + acc[i];
+          total[i] += acc[i];
         }
-        first_chunk = false;
         previous_released = true;
       } else {
         // Keep this k-tile's MMAs in flight while releasing the previous
@@ -469,7 +482,70 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
       }
       ++it;
     };
-    if constexpr (Cfg::kSwapAB) {
+    if constexpr (Cfg::kSplit3) {
+      // One k-tile of 3xTF32: B^T's FP32 fragments, split in registers, then
+      // three MMAs per k8 step against A's parts, small terms first. The
+      // split's special cases (Inf, NaN, values within 2^-12 of FLT_MAX) are
+      // tested once per k-tile, one compare per value, and the short split
+      // runs where none occurs (as in the skinny kernel). Every k-tile is
+      // promoted, so its MMAs are retired before the next one reloads the
+      // fragments: one set of registers serves all k-tiles.
+      auto issue_split3 = [&](int s, bool fresh) {
+        const uint32_t a0 = ptx::smem_addr(tile_a(s));
+        const uint32_t b0 = ptx::smem_addr(tile_b(s));
+        uint32_t big[Cfg::BK / 8][4], small[Cfg::BK / 8][4], corr[Cfg::BK / 8][4];
+        bool plain = true;
+#pragma unroll
+        for (int kk = 0; kk < Cfg::BK / 8; ++kk)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            big[kk][i] = ptx::ld_shared_b32(a0 + a_offset(i, kk));
+            plain &= tf32_split_is_plain(__uint_as_float(big[kk][i]));
+          }
+        // Only registers differ between the two paths: no wgmma diverges.
+        if (__all_sync(0xFFFFFFFFu, plain)) {
+#pragma unroll
+          for (int kk = 0; kk < Cfg::BK / 8; ++kk)
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+              tf32_split_operand<true>(big[kk][i], big[kk][i], small[kk][i], corr[kk][i]);
+        } else {
+#pragma unroll
+          for (int kk = 0; kk < Cfg::BK / 8; ++kk)
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+              tf32_split_operand<false>(big[kk][i], big[kk][i], small[kk][i], corr[kk][i]);
+        }
+        // A's parts in the stage: big, small, corr.
+        auto part = [&](int q, int kk) {
+          return ptx::smem_desc_kmajor_sw128(b0 + q * Cfg::kPartBytesB + kk * 32);
+        };
+        ptx::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < Cfg::BK / 8; ++kk)
+          ptx::wgmma_tf32_rs<Cfg::BN>(acc, small[kk], part(2, kk), !fresh || kk > 0);
+#pragma unroll
+        for (int kk = 0; kk < Cfg::BK / 8; ++kk)
+          ptx::wgmma_tf32_rs<Cfg::BN>(acc, corr[kk], part(1, kk), true);
+#pragma unroll
+        for (int kk = 0; kk < Cfg::BK / 8; ++kk)
+          ptx::wgmma_tf32_rs<Cfg::BN>(acc, big[kk], part(0, kk), true);
+      };
+      // Both consumers would start together and then stay in step, loading
+      // and splitting at the same time while the tensor cores idle. So
+      // consumer 1 starts once consumer 0's first k-tile is done, and from
+      // then on each one's loads and split overlap the other's MMAs. Once
+      // per block: a barrier per tile could see consumer 0 arrive twice
+      // (tiles of fewer k-tiles than stages) before consumer 1 waits.
+      static_assert(Cfg::kConsumers == 2, "one consumer waits for the other");
+      constexpr int kStaggerBarrier = 3;  // after 0 (__syncthreads) and the consumers' 1, 2
+      if (c == 1 && item == 0) ptx::named_barrier_sync(kStaggerBarrier, 256);
+      for (int kt = tile.k_begin; kt < tile.k_end; ++kt) {
+        k_tile(kt, issue_split3);
+        if (c == 0 && item == 0 && kt == tile.k_begin)
+          ptx::named_barrier_arrive(kStaggerBarrier, 256);
+      }
+    } else if constexpr (Cfg::kSwapAB) {
       // The fragments of two consecutive k-tiles: one is read by MMAs in
       // flight while the other is loaded.
       uint32_t frag[2][Cfg::BK / 8][4];
@@ -481,7 +557,7 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
 #pragma unroll
         for (int kk = 0; kk < Cfg::BK / 8; ++kk)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) f[kk][i] = ptx::ld_shared_b32(a0 + a_offset[i] + kk * 8 * 128);
+          for (int i = 0; i < 4; ++i) f[kk][i] = ptx::ld_shared_b32(a0 + a_offset(i, kk));
         ptx::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Cfg::BK / 8; ++kk)
@@ -532,10 +608,14 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
           !finish_stream_k_segment<Cfg>(p, acc, tile, cluster, clusters, rank, c, stream_k_last))
         continue;
     }
-    if constexpr (kPromote > 0) store_tile<Cfg>(p, map_c, total, epilogue_smem, tile, c, lane);
-    else if constexpr (Cfg::kSwapAB)
-      store_tile_transposed<Cfg>(p, map_c, acc, epilogue_smem, tile, c, lane);
-    else store_tile<Cfg>(p, map_c, acc, epilogue_smem, tile, c, lane);
+    auto store = [&](const float(&result)[kAcc]) {
+      if constexpr (Cfg::kSwapAB)
+        store_tile_transposed<Cfg>(p, map_c, result, epilogue_smem, tile, c, lane);
+      else store_tile<Cfg>(p, map_c, result, epilogue_smem, tile, c, lane);
+    };
+    // The promoted sums, or the one accumulation.
+    if constexpr (kPromote > 0) store(total);
+    else store(acc);
   }
   // The last TMA stores must have read their shared memory before we exit.
   if (p.tma_store && threadIdx.x % 128 == 0) ptx::bulk_wait_group_all();
@@ -606,7 +686,7 @@ __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kTh
           ptx::mbarrier_wait(&empty[s], ((it / Cfg::kStages) & 1) ^ 1);
           // Our A tile, plus all kClusterM slices of B (ours and the peers').
           ptx::mbarrier_arrive_expect_tx(&full[s], p.stage_tx_bytes);
-          if constexpr (Cfg::kSwapAB) {
+          if constexpr (Cfg::kSwapAB && !Cfg::kSwapKMajor) {
             // B^T from the row-major B: boxes of 32 k-rows x 32 columns.
             for (int box = 0; box < Cfg::BM / 32; ++box)
               ptx::tma_load_3d(tile_a(s) + box * 32 * Cfg::BK * 4, &map_a, &full[s],
@@ -614,7 +694,13 @@ __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kTh
           } else {
             ptx::tma_load_3d(tile_a(s), &map_a, &full[s], kt * Cfg::BK, int(tile.m0), batch_a);
           }
-          if constexpr (Cfg::kClusterM == 1) {
+          if constexpr (Cfg::kSplit3) {
+            // A's three parts, each in its own segment of packed_ld(K) columns.
+            const int segment = int(packed_ld(p.K));
+            for (int q = 0; q < Cfg::kPartsB; ++q)
+              ptx::tma_load_3d(tile_b(s) + q * Cfg::kPartBytesB, &map_b, &full[s],
+                               q * segment + kt * Cfg::BK, int(tile.n0), batch_b);
+          } else if constexpr (Cfg::kClusterM == 1) {
             ptx::tma_load_3d(tile_b(s), &map_b, &full[s], kt * Cfg::BK, int(tile.n0), batch_b);
           } else {
             ptx::tma_load_3d_multicast(tile_b(s) + rank * kSliceRows * Cfg::BK * 4, &map_b,
@@ -739,7 +825,8 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
   constexpr CUtensorMapDataType kTF32 = CU_TENSOR_MAP_DATA_TYPE_TFLOAT32;
   CUtensorMap map_a, map_b, map_c{};
   // The kernel's operands: A [M][K] and B [N][K], or with kSwapAB A = B^T
-  // (read from the row-major B [K][N] in 32 x 32 boxes) and B = A.
+  // (read from the row-major B [K][N] in 32 x 32 boxes, or with kSwapKMajor
+  // from the column-major B, K-major as it lies) and B = A.
   // Rows of each K-major operand tile loaded per stage: the tile's (for B,
   // each block's multicast slice), but no more than the operand has
   // (rounded up to a 1024-byte swizzle atom) where nothing is multicast. At
@@ -747,21 +834,30 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
   // kernel waited on (H200, kSwapAB, 128-row tiles, N = 14336, K = 4096:
   // 106 us at M = 16, 72.5 at M = 128). The rows left unloaded hold stale
   // data; they only reach rows or columns of the kernel's output past its M
-  // or N, which the epilogue never stores. (Under kSwapAB the A operand is
-  // B^T, loaded in 32 x 32 boxes: all of them.)
+  // or N, which the epilogue never stores. (Under kSwapAB without
+  // kSwapKMajor the A operand is B^T, loaded in 32 x 32 boxes: all of them.)
   auto rows_loaded = [](int64_t tile_rows, int64_t operand_rows) {
     return int(std::min<int64_t>(tile_rows, ceil_div(operand_rows, 8) * 8));
   };
-  const int box_rows_a = rows_loaded(Cfg::BM, p.M);
+  const int box_rows_a = rows_loaded(Cfg::BM, wgmma_detail::kernel_m<Cfg>(p));
   const int box_rows_b = Cfg::kClusterM == 1 ? rows_loaded(Cfg::BN, wgmma_detail::kernel_n<Cfg>(p))
                                              : Cfg::BN / Cfg::kClusterM;
-  // Each block receives its A tile and every block's slice of B.
-  const int stage_tx_bytes = (Cfg::kSwapAB ? Cfg::kStageBytesA : box_rows_a * Cfg::BK * 4) +
-                             box_rows_b * Cfg::kClusterM * Cfg::BK * 4;
+  // Each block receives its A tile and every block's slice of B (kSplit3:
+  // its three parts).
+  const bool a_boxes = Cfg::kSwapAB && !Cfg::kSwapKMajor;  // B^T in 32 x 32 boxes, all loaded
+  const int stage_tx_bytes = (a_boxes ? Cfg::kStageBytesA : box_rows_a * Cfg::BK * 4) +
+                             box_rows_b * Cfg::kClusterM * Cfg::BK * 4 * Cfg::kPartsB;
+  // kSplit3 splits B^T itself, so TMA must not round it; A comes packed
+  // (PackSplit::kPartsAligned), lda = its 3 segments.
+  const CUtensorMapDataType type_a = Cfg::kSplit3 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : kTF32;
+  const int64_t cols_b = Cfg::kSplit3 ? packed_cols(p.K, PackSplit::kPartsAligned) : p.K;
   const bool encoded =
       Cfg::kSwapAB
-          ? encode_matrix(&map_a, kTF32, p.B, p.K, p.N, p.ldb, p.batch, p.batch_stride_b, Cfg::BK) &&
-                encode_matrix(&map_b, kTF32, p.A, p.M, p.K, p.lda, p.batch, p.batch_stride_a,
+          ? (Cfg::kSwapKMajor ? encode_matrix(&map_a, type_a, p.B, p.N, p.K, p.ldb, p.batch,
+                                              p.batch_stride_b, box_rows_a)
+                              : encode_matrix(&map_a, type_a, p.B, p.K, p.N, p.ldb, p.batch,
+                                              p.batch_stride_b, Cfg::BK)) &&
+                encode_matrix(&map_b, kTF32, p.A, p.M, cols_b, p.lda, p.batch, p.batch_stride_a,
                               box_rows_b)
           : encode_matrix(&map_a, kTF32, p.A, p.M, p.K, p.lda, p.batch, p.batch_stride_a,
                           box_rows_a) &&
