@@ -51,7 +51,9 @@ const DeviceInfo& device_info(int device) {
 
 enum class Kernel {
   kWgmmaLarge, kWgmmaLargeSwapAB, kWgmmaSquare, kWgmmaMedium, kWgmmaMediumSwapAB, kWgmmaNarrow,
-  kWgmmaPromotedLarge, kWgmmaPromotedMedium, kWgmmaSplit3SwapAB, kWgmmaSplit3SwapABKMajor,
+  kWgmmaPromotedLarge, kWgmmaPromotedMedium,
+  kWgmmaSplit3SwapAB, kWgmmaSplit3SwapABKMajor,
+  kWgmmaSplit3SwapABNarrow, kWgmmaSplit3SwapABKMajorNarrow,
   kMmaSyncLarge, kMmaSyncMedium, kMmaSyncSmall, kMmaSyncPromoted,
   kSkinny, kSkinnyWide, kGemv, kGemvRows, kGemvRowMajor,
   kFma
@@ -63,17 +65,18 @@ struct Choice {
   int splits = 1;      // split-K ranges (wgmma, gemv_rowmajor) or K-slices per output (gemv)
 };
 
+bool is_wgmma_split3(Kernel k) {
+  return k == Kernel::kWgmmaSplit3SwapAB || k == Kernel::kWgmmaSplit3SwapABKMajor ||
+         k == Kernel::kWgmmaSplit3SwapABNarrow || k == Kernel::kWgmmaSplit3SwapABKMajorNarrow;
+}
+
 bool is_wgmma(Kernel k) {
   return k == Kernel::kWgmmaLarge || k == Kernel::kWgmmaLargeSwapAB ||
          k == Kernel::kWgmmaSquare || k == Kernel::kWgmmaMedium ||
          k == Kernel::kWgmmaMediumSwapAB ||
          k == Kernel::kWgmmaNarrow ||
          k == Kernel::kWgmmaPromotedLarge || k == Kernel::kWgmmaPromotedMedium ||
-         k == Kernel::kWgmmaSplit3SwapAB || k == Kernel::kWgmmaSplit3SwapABKMajor;
-}
-
-bool is_wgmma_split3(Kernel k) {
-  return k == Kernel::kWgmmaSplit3SwapAB || k == Kernel::kWgmmaSplit3SwapABKMajor;
+         is_wgmma_split3(k);
 }
 
 // The FP32 GEMVs (CUDA cores, any precision).
@@ -195,7 +198,13 @@ Choice choose_wgmma(const GemmProblem& p, Precision precision, const DeviceInfo&
   if (split3_swap_ab_runs(p, precision)) {
     GemmProblem t = p;
     std::swap(t.M, t.N);
-    return p.layout_b == Layout::kRowMajor
+    const bool row_major = p.layout_b == Layout::kRowMajor;
+    if (p.M <= WgmmaSplit3SwapABNarrow::BN)
+      return row_major
+                 ? wgmma_choice<WgmmaSplit3SwapABNarrow>(Kernel::kWgmmaSplit3SwapABNarrow, t, d)
+                 : wgmma_choice<WgmmaSplit3SwapABKMajorNarrow>(
+                       Kernel::kWgmmaSplit3SwapABKMajorNarrow, t, d);
+    return row_major
                ? wgmma_choice<WgmmaSplit3SwapAB>(Kernel::kWgmmaSplit3SwapAB, t, d)
                : wgmma_choice<WgmmaSplit3SwapABKMajor>(Kernel::kWgmmaSplit3SwapABKMajor, t, d);
   }
@@ -328,9 +337,11 @@ Choice few_rows_gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
 // 141-450 / 541-1988, 64 rows 159-494 vs 142-454 / 547-2009. So 3xTF32
 // takes it up to 48 rows (1.19-1.33x there), FP32 up to 64 (1.4-6.7x).
 // Session 12: where the Hopper kernel that splits W in registers runs
-// (WgmmaSplit3SwapAB: 62.7 / 198 / 182 us at 16 to 64 rows, 66 / 205 / 194
-// at 128), 3xTF32 takes the GEMV up to 16 rows only (16 rows 39.7 / 123 /
-// 110; 32 rows 80 / 247 / 225).
+// (WgmmaSplit3SwapAB, bench_tf32x3_decode.py: 41.2 / 111 / 107 us at 16
+// rows, 42.7 / 113 / 112 at 32, 61.7 / 198 / 177 at 128), 3xTF32 takes
+// the GEMV up to 16 rows only (16 rows 39.6 / 123 / 112; 32 rows 80 / 252
+// / 233): the two are close at 16 rows, and below it the GEMV is well
+// ahead (8 rows 25.1 / 63.2 / 62.5).
 // The cost of a rows-per-CTA tier does not depend on M within it (rows past
 // M do full work), so each limit is a tier's top. 3xTF32's packed parts
 // (split3_parts: three products over 3K columns) compare as TF32 does.
@@ -362,8 +373,9 @@ Choice single_row_choice(const GemmProblem& p, const DeviceInfo& d) {
 // in registers (WgmmaSplit3SwapABKMajor) reads W once for all rows, where
 // the skinny kernel's blocks of 16 rows (forced) re-read it per block. H200,
 // bench_tf32x3_decode.py, weights 4096x4096 / 14336x4096 / 4096x14336,
-// blocks (session 11): 32 rows 64.7 / 202 / 206 us, 48 rows 97 / 308 /
-// 302, 64 rows 130 / 415 / 412.
+// session 12, skinny vs wgmma: 16 rows 32.6 / 106 / 105 vs 41.9 / 115 /
+// 114 us; 32 rows (two blocks) 65.1 / 213 / 219 vs 42.8 / 122 / 116; 64
+// rows 130 / 444 / 439 vs 43.5 / 127 / 120.
 constexpr int64_t kSkinnyAutoMaxM = 16;
 static_assert(kSkinnyAutoMaxM <= SkinnyNarrow::kMaxM, "one block of rows");
 
@@ -639,6 +651,10 @@ auto with_wgmma_config(Kernel k, F&& f) {
       return f(static_cast<WgmmaSplit3SwapAB*>(nullptr));
     case Kernel::kWgmmaSplit3SwapABKMajor:
       return f(static_cast<WgmmaSplit3SwapABKMajor*>(nullptr));
+    case Kernel::kWgmmaSplit3SwapABNarrow:
+      return f(static_cast<WgmmaSplit3SwapABNarrow*>(nullptr));
+    case Kernel::kWgmmaSplit3SwapABKMajorNarrow:
+      return f(static_cast<WgmmaSplit3SwapABKMajorNarrow*>(nullptr));
     default:
       return f(static_cast<WgmmaLarge*>(nullptr));
   }
@@ -734,6 +750,8 @@ cudaError_t run_chosen(const GemmProblem& p, Precision precision, void* workspac
     case Kernel::kWgmmaPromotedMedium:
     case Kernel::kWgmmaSplit3SwapAB:
     case Kernel::kWgmmaSplit3SwapABKMajor:
+    case Kernel::kWgmmaSplit3SwapABNarrow:
+    case Kernel::kWgmmaSplit3SwapABKMajorNarrow:
       return run_wgmma(p, c, workspace, workspace_bytes, stream);
     case Kernel::kMmaSyncLarge:
       return launch_mma_sync_width<MmaSyncLarge, true>(p, stream);
@@ -775,6 +793,8 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
     case Kernel::kWgmmaPromotedMedium:
     case Kernel::kWgmmaSplit3SwapAB:
     case Kernel::kWgmmaSplit3SwapABKMajor:
+    case Kernel::kWgmmaSplit3SwapABNarrow:
+    case Kernel::kWgmmaSplit3SwapABKMajorNarrow:
       name = with_wgmma_config(c.kernel, [&](auto* config) {
         return wgmma_name<std::remove_pointer_t<decltype(config)>>(p, c.kernel, c.splits);
       });

@@ -232,19 +232,24 @@ __device__ __forceinline__ void fence_operand(float& r) {
   asm volatile("" : "+f"(r)::"memory");
 }
 
-// The accumulator operands of wgmma.m64n128k8 (%0..%63, 64 per thread) and
-// m64n256k8 (%0..%127) with their constraints, shared by the SS and RS
-// wrappers; the 128 are the 64 followed by 64 more.
-#define PYGPUKIT_WGMMA_ACC64_LIST \
+// The accumulator operands of wgmma.m64n64k8 (%0..%31, 32 per thread),
+// m64n128k8 (%0..%63) and m64n256k8 (%0..%127) with their constraints,
+// shared by the SS and RS wrappers; each list is the one before followed by
+// as many more.
+#define PYGPUKIT_WGMMA_ACC32_LIST \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define PYGPUKIT_WGMMA_ACC64_OPERANDS(d) \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define PYGPUKIT_WGMMA_ACC32_OPERANDS(d) \
     "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
     "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
     "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define PYGPUKIT_WGMMA_ACC64_LIST \
+    PYGPUKIT_WGMMA_ACC32_LIST ", " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define PYGPUKIT_WGMMA_ACC64_OPERANDS(d) \
+    PYGPUKIT_WGMMA_ACC32_OPERANDS(d), \
     "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
     "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
     "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
@@ -326,6 +331,22 @@ __device__ __forceinline__ void wgmma_m64n256k8_tf32_rs(float (&d)[128], const u
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
 }
 
+// The same for a 64 x 64 tile.
+__device__ __forceinline__ void wgmma_m64n64k8_tf32_rs(float (&d)[32], const uint32_t (&a)[4],
+                                                       uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred scale_d;\n"
+      "setp.ne.b32 scale_d, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {"
+      PYGPUKIT_WGMMA_ACC32_LIST
+      "}, {%32, %33, %34, %35}, %36, scale_d, 1, 1;\n"
+      "}\n"
+      :
+        PYGPUKIT_WGMMA_ACC32_OPERANDS(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
+}
+
 // The same for a 64 x 128 tile.
 __device__ __forceinline__ void wgmma_m64n128k8_tf32_rs(float (&d)[64], const uint32_t (&a)[4],
                                                         uint64_t desc_b, bool accumulate) {
@@ -355,9 +376,10 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[N / 2], uint64_t desc_a, u
 template <int N>
 __device__ __forceinline__ void wgmma_tf32_rs(float (&d)[N / 2], const uint32_t (&a)[4],
                                               uint64_t desc_b, bool accumulate) {
-  static_assert(N == 128 || N == 256, "no wrapper for this wgmma width");
+  static_assert(N == 64 || N == 128 || N == 256, "no wrapper for this wgmma width");
   if constexpr (N == 256) wgmma_m64n256k8_tf32_rs(d, a, desc_b, accumulate);
-  else wgmma_m64n128k8_tf32_rs(d, a, desc_b, accumulate);
+  else if constexpr (N == 128) wgmma_m64n128k8_tf32_rs(d, a, desc_b, accumulate);
+  else wgmma_m64n64k8_tf32_rs(d, a, desc_b, accumulate);
 }
 
 #endif  // PYGPUKIT_SM90A_DEVICE

@@ -76,8 +76,9 @@ struct WgmmaConfig {
   // Tiles, epilogue buffers and full/empty mbarriers, plus slack to align
   // the tiles to the 1024 bytes that the 128-byte swizzle pattern repeats over.
   static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + 2 * kStages * 8 + 1024;
-  static_assert(BM % 64 == 0 && (BN == 256 || BN == 128), "the consumer issues wgmma.m64n{BN}k8");
-  static_assert(kPromoteKTiles == 0 || BN == 128,
+  static_assert(BM % 64 == 0 && (BN == 256 || BN == 128 || (BN == 64 && kSwapAB)),
+                "the consumer issues wgmma.m64n{BN}k8 (n64 in the RS form only)");
+  static_assert(kPromoteKTiles == 0 || BN <= 128,
                 "two sets of 64 x 256 accumulators do not fit a thread's registers");
   static_assert(kStageBytesA % 1024 == 0 && (BN / kClusterM) % 8 == 0,
                 "every tile and multicast slice must start 1024-byte aligned");
@@ -144,6 +145,11 @@ using WgmmaPromotedMedium = WgmmaConfig<128, 128, 6, 1, 4>;
 using WgmmaSplit3SwapAB = WgmmaConfig<128, 128, 3, 1, 1, true, true>;
 // The same for B column-major (`x @ W.T`, F.linear's weight [out, in]).
 using WgmmaSplit3SwapABKMajor = WgmmaConfig<128, 128, 3, 1, 1, true, true, true>;
+// Both for M <= 64: 64 of C's rows per tile (wgmma.m64n64k8, half the MMAs
+// of the 128-row tile, whose MMAs bound these problems), 4 stages of 16 KB
+// of B^T plus 3 x 8 KB of A's parts: 193 KB.
+using WgmmaSplit3SwapABNarrow = WgmmaConfig<128, 64, 4, 1, 1, true, true>;
+using WgmmaSplit3SwapABKMajorNarrow = WgmmaConfig<128, 64, 4, 1, 1, true, true, true>;
 
 // What launch_wgmma_gemm<Config> does for `problem` with `splits` on the
 // current device: the workspace it needs (split-K's partial products, or
