@@ -60,8 +60,9 @@ using SkinnyNarrow = SkinnyConfig<2, 4>;
 using SkinnyWide = SkinnyConfig<4, 2>;
 
 // Rows of A per call: more than SkinnyConfig::kMaxM (16) run in blocks of
-// 16 rows, one launch and pass over B each (3xTF32 at 17-64 rows, where
-// packing three copies of B per call costs more than re-reading it).
+// 16 rows, one launch and pass over B each; only when forced (session 11
+// chose them for 3xTF32 at 17-64 rows on Hopper, where since session 12
+// the wgmma kernel that splits B in registers reads B once for all rows).
 constexpr int kSkinnyMaxM = 4 * SkinnyNarrow::kMaxM;
 static_assert(SkinnyWide::kMaxM == SkinnyNarrow::kMaxM, "one block height for both tiles");
 
