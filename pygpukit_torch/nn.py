@@ -20,7 +20,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 import torch
 from torch import nn
 
-from .ops import ACTIVATIONS, PRECISIONS
+from .ops import ACTIVATIONS, PRECISIONS, _activation_name
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +29,9 @@ Policy = Callable[[nn.Linear, str], Optional[str]]
 
 
 def _check_options(activation: Optional[str], precision: Optional[str], caller: str = "TF32Linear") -> str:
-    """The activation's name (None: "none") once it and the precision are known."""
-    if activation is None:
-        activation = "none"
+    """The activation's name (None: "none"; not a string: TypeError) once it
+    and the precision are known."""
+    activation = _activation_name(caller, activation)
     if activation not in ACTIVATIONS:
         raise ValueError(f"{caller}: unknown activation {activation!r}; expected one of "
                          + ", ".join(repr(a) for a in ACTIVATIONS))

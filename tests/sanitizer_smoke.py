@@ -116,13 +116,18 @@ for m, n, k in ((17, 45, 131), (33, 1001, 70), (64, 130, 4099)):
         ref = F.gelu(F.linear(x.double(), w.double(), b.double()))
         assert float((out.double() - ref).norm() / ref.norm()) < 2e-3, (m, n, k, precision)
 # 3xTF32 on the Hopper kernel that splits the weight in registers (forced
-# wgmma; elsewhere the staged path): both weight layouts, a part-filled last
-# k-tile, N's end inside a tile, split-K (N = 300) and not (N = 8500), and
-# linear_tf32's epilogue in the kernel and in the split-K reduction.
+# wgmma; elsewhere the staged path): both weight layouts (the column-major
+# one a view of rows padded to 16 bytes, which TMA needs), a part-filled
+# last k-tile, N's end inside a tile, split-K (N = 300) and not (N = 8501,
+# C's rows not 16-byte aligned), linear_tf32's epilogue in the kernel and in
+# the split-K reduction, and the 64- and 128-row tiles.
 os.environ["PYGPUKIT_KERNEL"] = "wgmma"
-for m, n, k in ((1, 300, 1000), (17, 300, 99), (100, 8500, 70), (128, 300, 4099)):
+for m, n, k in ((1, 300, 1000), (17, 300, 99), (100, 8501, 70), (128, 300, 4099)):
     x, b = torch.randn(m, k, device="cuda"), torch.randn(n, device="cuda")
-    for w in (torch.randn(k, n, device="cuda"), torch.randn(n, k, device="cuda").t()):
+    for w in (torch.randn(k, n, device="cuda"),
+              torch.randn(n, (k + 3) // 4 * 4, device="cuda")[:, :k].t()):
+        assert "B split into big and small TF32 parts in registers" in \
+            pygpukit_torch.kernel_info(x, w, precision="tf32x3"), (m, n, k)
         out = pygpukit_torch.matmul_tf32(x, w, precision="tf32x3")
         ref = x.double() @ w.double()
         assert float((out.double() - ref).norm() / ref.norm()) < 1e-6, (m, n, k)

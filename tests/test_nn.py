@@ -181,6 +181,8 @@ def test_tf32linear_module():
                                atol=2e-3, rtol=2e-3)
     with pytest.raises(ValueError, match="unknown activation 'tanh'; expected one of 'none', 'relu'"):
         TF32Linear(6, 5, activation="tanh")
+    with pytest.raises(TypeError, match="TF32Linear: activation must be one of 'none', .* or None, got GELU"):
+        TF32Linear(6, 5, activation=torch.nn.GELU())
     with pytest.raises(ValueError, match="precision must be"):
         TF32Linear(6, 5, precision="fp16")
     # None: no activation, as for linear_tf32.

@@ -148,7 +148,7 @@ def test_tf32x3_weight_split_in_registers(m, n, k, layout):
     """`x @ W`, M <= 128: the Hopper kernel reads W in place as FP32 (either
     layout), splits it in registers and packs only x's parts. K not a
     multiple of 32 ends in a part-filled k-tile; N = 700 ends inside a tile;
-    M = 17 and 100 inside C's 128-row tile."""
+    M = 17 inside the 64-row tile (M <= 64), 100 inside the 128-row one."""
     x, w = torch.randn(m, k, device="cuda"), weight(n, k, layout)
     with pygpukit_torch.force_kernel("wgmma"):
         on_split3_kernel(x, w)
@@ -180,15 +180,18 @@ def test_tf32x3_weight_split_at_most_cublas_fp32_error():
 
 @requires_cuda
 @pytest.mark.parametrize("layout", ["row-major", "column-major"])
-def test_tf32x3_weight_split_special_values(layout):
+@pytest.mark.parametrize("m", [40, 100])
+def test_tf32x3_weight_split_special_values(layout, m):
     """Inf, NaN and values near FLT_MAX in the weight (which send their
     warp's k-tile to the split's long form) and in x: the same NaN and Inf
     pattern as the float64 product, and every output they do not reach
     bitwise what it is without them (both forms give ordinary values the
     same parts). Entries of W exact in TF32 (small part 0) meet x's Inf:
     Inf * small would be NaN if corr did not guard it. The last k-tile is
-    part-filled (K = 300), so its rows past K meet x's parts at zero only."""
-    m, n, k = 40, 256, 300
+    part-filled (K = 300), so its rows past K meet x's parts at zero only.
+    M = 40 runs the 64-row tile, 100 the 128-row one. Last, FLT_MAX * 1 stays
+    finite: big + small must not round up to 2^128."""
+    n, k = 256, 300
     x, w = torch.randn(m, k, device="cuda"), weight(n, k, layout)
     w[5, :] = 1.0
     x[:, 100] *= 2.0 ** -10  # its products with W's FLT_MAX below stay far from overflow
@@ -210,19 +213,28 @@ def test_tf32x3_weight_split_special_values(layout):
     rows = [r for r in range(m) if r not in (3, 10, 11)]
     cols = [c for c in range(n) if c not in (9, 30, 200)]
     assert torch.equal(out[rows][:, cols], plain[rows][:, cols])
+    fmax = torch.finfo(torch.float32).max
+    x.zero_()
+    x[:, 0] = 1.0
+    w.zero_()
+    w[0, 0] = fmax
+    with pygpukit_torch.force_kernel("wgmma"):
+        got = run(x, w)
+    assert torch.isfinite(got).all() and float(got[:, 0].min()) == pytest.approx(fmax, rel=1e-6), got[:, 0]
 
 
 @requires_cuda
 def test_tf32x3_weight_split_batched_and_deterministic():
-    """A batch of weights (no split-K), and one weight over K cut into 8+
-    split-K ranges whose partial sums add in fixed order: bitwise the same
-    over 50 calls."""
+    """A batch of weights (no split-K), and one weight whose K is cut into
+    split-K ranges (32 on the H200) whose partial sums add in fixed order:
+    bitwise the same over 50 calls."""
     x, w = torch.randn(3, 50, 300, device="cuda"), torch.randn(3, 300, 200, device="cuda")
     with pygpukit_torch.force_kernel("wgmma"):
         on_split3_kernel(x, w)
         assert_matmul_close(run(x, w), x, w, precision="tf32x3")
     x, w = torch.randn(64, 4096, device="cuda"), torch.randn(4096, 512, device="cuda")
     with pygpukit_torch.force_kernel("wgmma"):
+        on_split3_kernel(x, w)
         assert "split-K" in pygpukit_torch.kernel_info(x, w, precision="tf32x3")
         first = run(x, w)
         for _ in range(50):
@@ -230,17 +242,18 @@ def test_tf32x3_weight_split_batched_and_deterministic():
 
 
 @requires_cuda
-@pytest.mark.parametrize("n,k", [(1000, 512), (8500, 64)])
+@pytest.mark.parametrize("n,k", [(1001, 512), (8501, 64)])
 @pytest.mark.parametrize("activation", ["none", "gelu"])
 def test_linear_tf32x3_weight_split_epilogue(n, k, activation):
     """linear_tf32 (F.linear's weight [out, in]) on the weight-splitting
     kernel with bias and activation: applied by the split-K reduction (N =
-    1000, C rows not 16-byte aligned) and by the kernel's own transposed
-    epilogue (N = 8500: enough tiles that K is not split)."""
+    1001) and by the kernel's own transposed epilogue (N = 8501: enough
+    tiles that K is not split). N odd: C's rows are not 16-byte aligned, so
+    that epilogue copies out with its threads instead of a TMA store."""
     x, w, b = torch.randn(70, k, device="cuda"), torch.randn(n, k, device="cuda"), torch.randn(n, device="cuda")
     with pygpukit_torch.force_kernel("wgmma"):
         on_split3_kernel(x, w.t())
-        assert ("split-K" in pygpukit_torch.kernel_info(x, w.t(), precision="tf32x3")) == (n == 1000)
+        assert ("split-K" in pygpukit_torch.kernel_info(x, w.t(), precision="tf32x3")) == (n == 1001)
         poison_next_output((70, n), "cuda")
         out = linear_tf32(x, w, b, activation, precision="tf32x3")
     ref = F.linear(x.double(), w.double(), b.double())

@@ -385,8 +385,9 @@ static_assert(kSkinnyAutoMaxM <= SkinnyNarrow::kMaxM, "one block of rows");
 // vs 67.5, 67.3 vs 64.5 us; M = 16 23.9 vs 24.1, 71.4 vs 67.6, 72.2 vs
 // 65.1 us. So on Hopper TF32 with M above this and a weight larger than
 // 4096 x 4096 takes the wgmma path. Smaller weights were not measured and
-// keep the skinny kernel; 3xTF32 keeps it too (the wgmma path would pack
-// three copies of W per call).
+// keep the skinny kernel; 3xTF32 keeps it too (measured against the wgmma
+// path that packs three copies of W per call; in session 12 the kernel that
+// splits W in registers lost to it at 16 rows, see kSkinnyAutoMaxM).
 constexpr int64_t kSkinnyOverWgmmaMaxM = 8;
 constexpr int64_t kSkinnyOverWgmmaMaxWeight = int64_t{4096} * 4096;
 
@@ -733,8 +734,9 @@ size_t chosen_workspace_bytes(const GemmProblem& p, Precision precision) {
 }
 
 // split3_in_registers: `p` holds 3xTF32's unsplit operands, which the
-// skinny kernel splits itself (tf32x3_unstaged); a staged problem's parts
-// are already split and run as plain TF32.
+// skinny kernel splits itself (tf32x3_unstaged; the weight-splitting wgmma
+// kernels and the GEMVs need no flag); a staged problem's parts are already
+// split and run as plain TF32.
 cudaError_t run_chosen(const GemmProblem& p, Precision precision, void* workspace,
                        size_t workspace_bytes, cudaStream_t stream,
                        bool split3_in_registers = false) {

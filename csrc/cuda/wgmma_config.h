@@ -164,7 +164,10 @@ template <class Config>
 WgmmaPlan plan_wgmma_gemm(const GemmProblem& problem, int splits);
 
 // Runs `problem` (both operands K-major, A row-major and B column-major, or
-// with Config::kSwapAB both row-major; all tma_compatible) with configuration
+// with Config::kSwapAB both row-major, or with kSwapKMajor too A row-major
+// and B column-major; all tma_compatible; with kSplit3, A is the
+// PackSplit::kPartsAligned pack of the activations and lda its row length,
+// while K stays the unsplit K) with configuration
 // Config on a device of compute capability 9.0 (build with sm_90a). splits > 1 cuts K into that many
 // ranges (split-K) whose partial products go to `partials` and are then
 // summed in order. `partials`: partials_bytes of workspace (256-byte

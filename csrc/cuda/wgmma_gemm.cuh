@@ -46,7 +46,9 @@ struct WgmmaParams {
   // 1), and a separate pass sums the splits in order (deterministic).
   int splits, k_tiles_per_split;
   // Bytes the TMA copies of one stage deliver (the full barrier's
-  // transaction count): the A tile and the B tile's loaded rows.
+  // transaction count): the A tile's loaded rows (under kSwapAB without
+  // kSwapKMajor all of its 32 x 32 boxes) and the B tile's (kSplit3: its
+  // three parts').
   int stage_tx_bytes;
   // Stream-K for the last wave (stream_k_iters > 0, see cluster_work): the
   // first stream_k_whole work items run whole, the k-tiles of the rest
@@ -444,8 +446,10 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
     const WorkTile tile = cluster_work<Cfg>(p, cluster, clusters, item, rank);
     bool previous_released = true;  // the slot of k-tile kt - 1 (none before the first)
     if constexpr (kPromote > 0) {
+      // -0 + x is x for every x (+0 + -0 would be +0): the first promotion's
+      // sums come out bitwise as the accumulators were.
 #pragma unroll
-      for (int i = 0; i < kAcc; ++i) total[i] = 0.0f;
+      for (int i = 0; i < kAcc; ++i) total[i] = -0.0f;
     }
     // One k-tile: wait for its slot, issue(s, fresh) its MMAs, then either
     // promote or keep them in flight while releasing the previous slot.
@@ -639,7 +643,9 @@ __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kTh
   extern __shared__ uint8_t smem_raw[];
   uint8_t* const smem = reinterpret_cast<uint8_t*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-  // Stage s: A tile [BM][BK] then B tile [BN][BK], both K-major, swizzled.
+  // Stage s: A tile [BM][BK] then B tile [BN][BK], both K-major, swizzled
+  // (under kSwapAB without kSwapKMajor, A as BM / 32 N-major 32 x 32 boxes;
+  // with kSplit3, B as its three parts, [BN][BK] each).
   auto tile_a = [smem](int s) { return smem + s * Cfg::kStageBytes; };
   auto tile_b = [smem](int s) { return smem + s * Cfg::kStageBytes + Cfg::kStageBytesA; };
   uint8_t* const epilogue_smem = smem + Cfg::kStages * Cfg::kStageBytes;
