@@ -36,15 +36,17 @@ def force_kernel(kernel: Optional[str]) -> Iterator[None]:
     Args:
         kernel: one of ``pygpukit_torch.dispatch.KERNELS``. ``wgmma``: the Hopper TMA + wgmma
             kernel (sm_90a builds on compute capability 9.0). ``wgmma_swap_ab``:
-            its variants for a plain ``a @ b`` with both operands row-major and
-            16-byte aligned (precision "tf32"; 128-row tiles for M <= 128, 256
-            above), which read B in place instead of packing it K-major first
-            (the automatic choice for such products, unless 128x128 tiles
-            finish sooner at M > 128). ``mma_sync``:
+            its variants that read B in place into registers: for a plain
+            ``a @ b`` with both operands row-major and 16-byte aligned
+            (precision "tf32"; 128-row tiles for M <= 128, 256 above; the
+            automatic choice for such products, unless 128x128 tiles finish
+            sooner at M > 128), and for precision "tf32x3" at M <= 128 with
+            B in either layout, split in registers (what ``wgmma`` runs
+            there too). ``mma_sync``:
             the portable mma.sync kernel with its automatic tile choice;
             ``mma_sync_large|medium|small``: one tile configuration.
-            ``skinny``: the decode-sized-M kernel (M <= 64, above 16 in
-            blocks of 16 rows, one pass over B each; both operands
+            ``skinny``: the decode-sized-M kernel (M <= 16, and forced up
+            to 64, above 16 in blocks of 16 rows, one pass over B each; both operands
             K-major as in ``F.linear``, 16-byte aligned; sm_80 and newer).
             ``gemv``: the single-row kernels (M = 1, FP32 FMAs whatever the
             precision; the weight either K-major as for ``skinny`` or
@@ -57,7 +59,8 @@ def force_kernel(kernel: Optional[str]) -> Iterator[None]:
             weight in blocks of 16 (one pass over the weight each);
             unforced, they serve those rows where they are the faster
             choice on the H200 (up to 8 rows of a row-major weight and 4 of
-            a K-major one in TF32; 48 and 8 in 3xTF32; 64 and 16 in FP32).
+            a K-major one in TF32; 16 and 8 in 3xTF32, 48 and 8 off Hopper;
+            64 and 16 in FP32).
             ``fma``: the FP32 CUDA-core kernel. ``auto``: the dispatcher's
             choice. ``None``: the block changes nothing (whatever
             ``PYGPUKIT_KERNEL`` says stays in force), as for

@@ -337,11 +337,11 @@ Choice few_rows_gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
 // 141-450 / 541-1988, 64 rows 159-494 vs 142-454 / 547-2009. So 3xTF32
 // takes it up to 48 rows (1.19-1.33x there), FP32 up to 64 (1.4-6.7x).
 // Session 12: where the Hopper kernel that splits W in registers runs
-// (WgmmaSplit3SwapAB, bench_tf32x3_decode.py: 41.2 / 111 / 107 us at 16
-// rows, 42.7 / 113 / 112 at 32, 61.7 / 198 / 177 at 128), 3xTF32 takes
-// the GEMV up to 16 rows only (16 rows 39.6 / 123 / 112; 32 rows 80 / 252
-// / 233): the two are close at 16 rows, and below it the GEMV is well
-// ahead (8 rows 25.1 / 63.2 / 62.5).
+// (bench_tf32x3_decode.py, WgmmaSplit3SwapABNarrow: 41.2 / 111 / 107 us at
+// 16 rows, 42.7 / 113 / 112 at 32; WgmmaSplit3SwapAB: 61.7 / 198 / 177 at
+// 128), 3xTF32 takes the GEMV up to 16 rows only (16 rows 39.6 / 123 /
+// 113; 32 rows 80 / 252 / 233): the two are within 10% either way at 16
+// rows, and below it the GEMV is well ahead (8 rows 25.1 / 63.2 / 62.5).
 // The cost of a rows-per-CTA tier does not depend on M within it (rows past
 // M do full work), so each limit is a tier's top. 3xTF32's packed parts
 // (split3_parts: three products over 3K columns) compare as TF32 does.
@@ -370,8 +370,9 @@ Choice single_row_choice(const GemmProblem& p, const DeviceInfo& d) {
 // to 16 against the wgmma path's 44-45 us (session 3: 64x256 tiles,
 // split-K and a reduction pass).
 // 3xTF32 keeps the same limit on Hopper: above it the kernel that splits W
-// in registers (WgmmaSplit3SwapABKMajor) reads W once for all rows, where
-// the skinny kernel's blocks of 16 rows (forced) re-read it per block. H200,
+// in registers (WgmmaSplit3SwapABKMajor(Narrow)) reads W once for all
+// rows, where the skinny kernel's blocks of 16 rows (forced) re-read it per
+// block. H200,
 // bench_tf32x3_decode.py, weights 4096x4096 / 14336x4096 / 4096x14336,
 // session 12, skinny vs wgmma: 16 rows 32.6 / 106 / 105 vs 41.9 / 115 /
 // 114 us; 32 rows (two blocks) 65.1 / 213 / 219 vs 42.8 / 122 / 116; 64

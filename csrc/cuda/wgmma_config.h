@@ -1,5 +1,5 @@
 // Tile configuration of the Hopper (sm_90a) TF32 kernel and the declaration
-// of its launcher. The kernel is in wgmma_gemm.cu; see the Hopper section of
+// of its launcher. The kernel is in wgmma_gemm.cuh; see the Hopper section of
 // docs/tf32_tensorcore_design.md.
 #pragma once
 
