@@ -81,7 +81,8 @@ def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
             on tensor cores, at about a quarter of TF32's rate. The tensor
             cores' own accumulation is not rounded to nearest, so the kernels
             add their partial sums into FP32 registers every 128 of K (32 for
-            M = 2-16): on an H200 the relative error is 3.6e-7 at 4096^3 and
+            M = 2-16, and on Hopper for M = 17-128, where the weight is split
+            in registers): on an H200 the relative error is 3.6e-7 at 4096^3 and
             3.7e-7 at 8192^3 on both the Hopper and the mma.sync path, below
             cuBLAS FP32's 1.15e-6 and 1.6e-6 (but 2.8e-7 vs 1.5e-7 at 256^3:
             for K below a few hundred, FP32 is better). ``"ieee"``: plain FP32
@@ -91,7 +92,8 @@ def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
             kernel in plain FP32, unless :func:`pygpukit_torch.force_kernel`
             names another kernel: one row for every precision; in
             ``"tf32"`` up to 4 rows of ``x @ w.mT`` and 8 of ``x @ W``; in
-            ``"tf32x3"`` up to 8 and 16; in ``"ieee"`` up to 16. Such rows
+            ``"tf32x3"`` up to 8 and 16 (48 off Hopper); in ``"ieee"`` up to
+            16 and 64. Such rows
             are bound by the weight's bytes, so tensor cores save little or
             no time there.
             ``None`` (default): the environment variable
