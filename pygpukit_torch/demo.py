@@ -90,14 +90,19 @@ def main(argv=None):
 
     if args.device == "cpu":
         print("No CUDA GPU in use: running pygpukit's CPU path (TF32 emulated in software).")
-    if args.random_weights:
-        encode, model, what = load_random_bert(args.device)
-    else:
-        try:
-            encode, model, what = load_minilm(args.device)
-        except ImportError as e:
-            print(f"Pretrained model unavailable ({e}); falling back to random weights.")
+    try:
+        if args.random_weights:
             encode, model, what = load_random_bert(args.device)
+        else:
+            try:
+                encode, model, what = load_minilm(args.device)
+            except ImportError as e:
+                print(f"Pretrained model unavailable ({e}); falling back to random weights.")
+                encode, model, what = load_random_bert(args.device)
+    except ImportError as e:
+        # Without transformers there is no model at all: name the extras.
+        parser.exit(1, f"The demo needs its extras ({e}): pip install --no-build-isolation -e \".[demo]\" "
+                       "(with PYGPUKIT_BUILD_CUDA=0 in front on a machine without a GPU)\n")
     print(f"Model: {what}, device: {args.device}")
 
     # The default size policy decides which layers are worth swapping; an

