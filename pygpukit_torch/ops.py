@@ -19,9 +19,12 @@ torch.compile traces, Dynamo reports any such error as
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import torch
+
+from .dispatch import KERNELS
 
 PRECISIONS = ("tf32", "tf32x3", "ieee")
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
@@ -139,11 +142,18 @@ def kernel_info(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
     reports as an error (``torch._dynamo.exc.Unsupported``): call it outside
     the compiled function.
 
+    A ``PYGPUKIT_KERNEL`` that names no kernel is ignored by the dispatcher
+    (a typo must not turn a path off); the returned string then says so.
+
     Raises:
         RuntimeError, ValueError, TypeError: as :func:`matmul_tf32` for the same arguments.
     """
     _check_wrapper_args("kernel_info", precision, a=a, b=b)
-    return torch.ops.pygpukit.matmul_kernel_info.default(a, b, precision=precision)
+    info = torch.ops.pygpukit.matmul_kernel_info.default(a, b, precision=precision)
+    forced = os.environ.get("PYGPUKIT_KERNEL")
+    if forced is not None and forced not in KERNELS:
+        info += f" [PYGPUKIT_KERNEL={forced!r} names no kernel ({', '.join(KERNELS)}): ignored]"
+    return info
 
 
 def _matmul_shape(a: torch.Tensor, b: torch.Tensor) -> list:

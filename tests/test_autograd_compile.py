@@ -165,6 +165,19 @@ def test_kernel_info_under_torch_compile():
     assert info == pygpukit_torch.kernel_info(a, b)
 
 
+def test_kernel_info_says_when_pygpukit_kernel_names_no_kernel(monkeypatch):
+    """The dispatcher ignores a PYGPUKIT_KERNEL that names no kernel (a typo
+    must not turn a path off); kernel_info says so."""
+    a, b = torch.randn(8, 4), torch.randn(4, 3)
+    plain = pygpukit_torch.kernel_info(a, b)
+    monkeypatch.setenv("PYGPUKIT_KERNEL", "wgma")
+    info = pygpukit_torch.kernel_info(a, b)
+    assert info.startswith(plain) and "[PYGPUKIT_KERNEL='wgma' names no kernel (auto, wgmma" in info, info
+    assert info.endswith("ignored]"), info
+    monkeypatch.setenv("PYGPUKIT_KERNEL", "fma")
+    assert "names no kernel" not in pygpukit_torch.kernel_info(a, b)
+
+
 def test_force_kernel_rejects_unknown_names_and_restores_the_environment():
     before = os.environ.get("PYGPUKIT_KERNEL")
     with pytest.raises(ValueError, match="unknown kernel 'cublas'"):
