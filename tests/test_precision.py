@@ -12,8 +12,8 @@ import torch.nn.functional as F
 import pygpukit_torch
 from pygpukit_torch import linear_tf32, matmul_tf32
 from pygpukit_torch.testing import cublas_tf32
-from conftest import (CUDA_KERNELS, DEVICE_KERNELS, DEVICES, assert_matmul_close, error_bound,
-                      kernel_runs_here, matmul_reference, opcheck, poison_next_output,
+from conftest import (CUDA_KERNELS, DEVICE_KERNELS, DEVICES, aligned_rows, assert_matmul_close,
+                      error_bound, kernel_runs_here, matmul_reference, opcheck, poison_next_output,
                       poisoned_matmul, rel_error, requires_cuda)
 
 
@@ -137,7 +137,7 @@ def weight(n, k, layout):
     place."""
     if layout == "row-major":
         return torch.randn(k, n, device="cuda")
-    return torch.randn(n, (k + 3) // 4 * 4, device="cuda")[:, :k].t()
+    return aligned_rows(n, k).t()
 
 
 @requires_cuda

@@ -559,6 +559,16 @@ struct Staging {
 
 size_t workspace_round(int64_t floats) { return size_t((floats * 4 + 255) / 256 * 256); }
 
+// `s` with its batch entries and workspace bytes filled in for `p`, from
+// what it packs and how.
+Staging sized_staging(Staging s, const GemmProblem& p) {
+  s.batch_a = p.batch_stride_a == 0 ? 1 : p.batch;
+  s.batch_b = p.batch_stride_b == 0 ? 1 : p.batch;
+  if (s.pack_a) s.bytes_a = workspace_round(s.batch_a * p.M * packed_ld(packed_cols(p.K, s.split_a)));
+  if (s.pack_b) s.bytes_b = workspace_round(s.batch_b * p.N * packed_ld(packed_cols(p.K, s.split_b)));
+  return s;
+}
+
 Staging plan_staging(const GemmProblem& p, bool for_wgmma, bool tf32x3) {
   Staging s;
   s.pack_a = tf32x3 || (for_wgmma && !(p.layout_a == Layout::kRowMajor &&
@@ -569,11 +579,7 @@ Staging plan_staging(const GemmProblem& p, bool for_wgmma, bool tf32x3) {
     s.split_a = PackSplit::kSmallBigBig;
     s.split_b = PackSplit::kBigSmallBig;
   }
-  s.batch_a = p.batch_stride_a == 0 ? 1 : p.batch;
-  s.batch_b = p.batch_stride_b == 0 ? 1 : p.batch;
-  if (s.pack_a) s.bytes_a = workspace_round(s.batch_a * p.M * packed_ld(packed_cols(p.K, s.split_a)));
-  if (s.pack_b) s.bytes_b = workspace_round(s.batch_b * p.N * packed_ld(packed_cols(p.K, s.split_b)));
-  return s;
+  return sized_staging(s, p);
 }
 
 // The problem on the staged operands: A row-major and B column-major (both
@@ -621,9 +627,7 @@ Staging wgmma_staging(const GemmProblem& p, Kernel k) {
     Staging s;
     s.pack_a = true;
     s.split_a = PackSplit::kPartsAligned;
-    s.batch_a = p.batch_stride_a == 0 ? 1 : p.batch;
-    s.bytes_a = workspace_round(s.batch_a * p.M * packed_cols(p.K, s.split_a));
-    return s;
+    return sized_staging(s, p);
   }
   return k == Kernel::kWgmmaLargeSwapAB || k == Kernel::kWgmmaMediumSwapAB
              ? Staging{}

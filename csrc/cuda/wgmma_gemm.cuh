@@ -12,6 +12,7 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <type_traits>
 
 #include <cuda.h>
 
@@ -506,20 +507,17 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
             big[kk][i] = ptx::ld_shared_b32(a0 + a_offset(i, kk));
             plain &= tf32_split_is_plain(__uint_as_float(big[kk][i]));
           }
+        auto split = [&](auto is_plain) {
+#pragma unroll
+          for (int kk = 0; kk < Cfg::BK / 8; ++kk)
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+              tf32_split_operand<decltype(is_plain)::value>(big[kk][i], big[kk][i], small[kk][i],
+                                                             corr[kk][i]);
+        };
         // Only registers differ between the two paths: no wgmma diverges.
-        if (__all_sync(0xFFFFFFFFu, plain)) {
-#pragma unroll
-          for (int kk = 0; kk < Cfg::BK / 8; ++kk)
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-              tf32_split_operand<true>(big[kk][i], big[kk][i], small[kk][i], corr[kk][i]);
-        } else {
-#pragma unroll
-          for (int kk = 0; kk < Cfg::BK / 8; ++kk)
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-              tf32_split_operand<false>(big[kk][i], big[kk][i], small[kk][i], corr[kk][i]);
-        }
+        if (__all_sync(0xFFFFFFFFu, plain)) split(std::true_type{});
+        else split(std::false_type{});
         // A's parts in the stage: big, small, corr.
         auto part = [&](int q, int kk) {
           return ptx::smem_desc_kmajor_sw128(b0 + q * Cfg::kPartBytesB + kk * 32);
