@@ -116,8 +116,8 @@ for m, n, k in ((17, 45, 131), (33, 1001, 70), (64, 130, 4099)):
         ref = F.gelu(F.linear(x.double(), w.double(), b.double()))
         assert float((out.double() - ref).norm() / ref.norm()) < 2e-3, (m, n, k, precision)
 # 3xTF32 on the Hopper kernel that splits the weight in registers (forced
-# wgmma; elsewhere the staged path): both weight layouts (the column-major
-# one a view of rows padded to 16 bytes, which TMA needs), a part-filled
+# wgmma; elsewhere the staged path): both weight layouts (each a view of
+# rows padded to 16 bytes, which TMA needs), a part-filled
 # last k-tile, N's end inside a tile, split-K (N = 300) and not (N = 8501,
 # C's rows not 16-byte aligned), linear_tf32's epilogue in the kernel and in
 # the split-K reduction, and the 64- and 128-row tiles.
@@ -126,7 +126,7 @@ probe = torch.empty(512, 512, device="cuda")
 hopper = pygpukit_torch.kernel_info(probe, probe.t()).startswith("wgmma")  # else forced wgmma falls back
 for m, n, k in ((1, 300, 1000), (17, 300, 99), (100, 8501, 70), (128, 300, 4099)):
     x, b = torch.randn(m, k, device="cuda"), torch.randn(n, device="cuda")
-    for w in (torch.randn(k, n, device="cuda"),
+    for w in (torch.randn(k, (n + 3) // 4 * 4, device="cuda")[:, :n],
               torch.randn(n, (k + 3) // 4 * 4, device="cuda")[:, :k].t()):
         assert not hopper or "B split into big and small TF32 parts in registers" in \
             pygpukit_torch.kernel_info(x, w, precision="tf32x3"), (m, n, k)
