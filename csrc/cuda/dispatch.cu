@@ -746,20 +746,8 @@ cudaError_t run_chosen(const GemmProblem& p, Precision precision, void* workspac
                        size_t workspace_bytes, cudaStream_t stream,
                        bool split3_in_registers = false) {
   const Choice c = choose(p, precision, device_info(current_device()));
+  if (is_wgmma(c.kernel)) return run_wgmma(p, c, workspace, workspace_bytes, stream);
   switch (c.kernel) {
-    case Kernel::kWgmmaLarge:
-    case Kernel::kWgmmaLargeSwapAB:
-    case Kernel::kWgmmaSquare:
-    case Kernel::kWgmmaMedium:
-    case Kernel::kWgmmaMediumSwapAB:
-    case Kernel::kWgmmaNarrow:
-    case Kernel::kWgmmaPromotedLarge:
-    case Kernel::kWgmmaPromotedMedium:
-    case Kernel::kWgmmaSplit3SwapAB:
-    case Kernel::kWgmmaSplit3SwapABKMajor:
-    case Kernel::kWgmmaSplit3SwapABNarrow:
-    case Kernel::kWgmmaSplit3SwapABKMajorNarrow:
-      return run_wgmma(p, c, workspace, workspace_bytes, stream);
     case Kernel::kMmaSyncLarge:
       return launch_mma_sync_width<MmaSyncLarge, true>(p, stream);
     case Kernel::kMmaSyncMedium:
@@ -789,23 +777,11 @@ cudaError_t run_chosen(const GemmProblem& p, Precision precision, void* workspac
 std::string describe_chosen(const GemmProblem& p, Precision precision) {
   const Choice c = choose(p, precision, device_info(current_device()));
   std::string name;
+  if (is_wgmma(c.kernel))
+    name = with_wgmma_config(c.kernel, [&](auto* config) {
+      return wgmma_name<std::remove_pointer_t<decltype(config)>>(p, c.kernel, c.splits);
+    });
   switch (c.kernel) {
-    case Kernel::kWgmmaLarge:
-    case Kernel::kWgmmaLargeSwapAB:
-    case Kernel::kWgmmaSquare:
-    case Kernel::kWgmmaMedium:
-    case Kernel::kWgmmaMediumSwapAB:
-    case Kernel::kWgmmaNarrow:
-    case Kernel::kWgmmaPromotedLarge:
-    case Kernel::kWgmmaPromotedMedium:
-    case Kernel::kWgmmaSplit3SwapAB:
-    case Kernel::kWgmmaSplit3SwapABKMajor:
-    case Kernel::kWgmmaSplit3SwapABNarrow:
-    case Kernel::kWgmmaSplit3SwapABKMajorNarrow:
-      name = with_wgmma_config(c.kernel, [&](auto* config) {
-        return wgmma_name<std::remove_pointer_t<decltype(config)>>(p, c.kernel, c.splits);
-      });
-      break;
     case Kernel::kMmaSyncLarge:
       name = mma_sync_name<MmaSyncLarge>();
       break;
@@ -844,6 +820,8 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
       break;
     case Kernel::kFma:
       name = "fma";
+      break;
+    default:  // the wgmma kernels, named above
       break;
   }
   name += std::string(" (A ") + layout_name(p.layout_a) + ", B " + layout_name(p.layout_b);
