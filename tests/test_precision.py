@@ -158,6 +158,30 @@ def test_tf32x3_weight_split_in_registers(m, n, k, layout):
 
 
 @requires_cuda
+@pytest.mark.parametrize("layout", ["row-major", "column-major"])
+@pytest.mark.parametrize("x_kind", ["column-major", "misaligned"])
+@pytest.mark.parametrize("m", [1, 17, 100])
+def test_tf32x3_weight_split_any_x(m, x_kind, layout):
+    """x is packed per call, so the weight-splitting kernel takes x in
+    either layout and at any alignment: a column-major x (x^T stored; until
+    session 13 sent to the staged path) and a view one float into its rows.
+    K = 4099 ends in a part-filled k-tile."""
+    k, n = 4099, 700
+    if x_kind == "column-major":
+        x = torch.randn(k, m, device="cuda").t()
+    else:
+        x = torch.randn(m, k + 1, device="cuda")[:, 1:]
+    w = weight(n, k, layout)
+    with pygpukit_torch.force_kernel("wgmma"):
+        on_split3_kernel(x, w)
+        if x_kind == "column-major" and m > 1:
+            assert "A column-major" in pygpukit_torch.kernel_info(x, w, precision="tf32x3")
+        out = run(x, w)
+    assert_matmul_close(out, x, w, precision="tf32x3")
+    assert rel_error(out, matmul_reference(x, w)) <= tf32x3_norm_bound(k)
+
+
+@requires_cuda
 def test_tf32x3_weight_split_at_most_cublas_fp32_error():
     """The accuracy bar on the weight-splitting kernel at decode shapes, both
     weight layouts: no larger than cuBLAS FP32 on the same random inputs.

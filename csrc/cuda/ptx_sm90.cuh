@@ -211,6 +211,15 @@ __device__ __forceinline__ uint64_t smem_desc_kmajor_sw128(uint32_t addr) {
          (kStrideByteOffset << 32) | (kSwizzle128B << 62);
 }
 
+// The descriptor of the operand `bytes` further on in shared memory: its
+// start address field (bits 0-13, address / 16) advanced. Every shared
+// memory address fits the field (< 256 KB), so the add never carries out of
+// it, and a 32-bit add on the low word suffices (a 64-bit one costs a carry
+// chain per descriptor).
+__device__ __forceinline__ uint64_t smem_desc_advance(uint64_t desc, uint32_t bytes) {
+  return (desc & ~uint64_t{0xFFFFFFFFu}) | (uint32_t(desc) + (bytes >> 4));
+}
+
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
@@ -230,6 +239,12 @@ __device__ __forceinline__ void wgmma_wait_group() {
 // accumulators asynchronously, which the compiler cannot see.
 __device__ __forceinline__ void fence_operand(float& r) {
   asm volatile("" : "+f"(r)::"memory");
+}
+// The same for a register A fragment: its value is final here, so the
+// compiler must not finish computing it after the wgmma.fence that
+// precedes the MMAs reading it.
+__device__ __forceinline__ void fence_operand(uint32_t& r) {
+  asm volatile("" : "+r"(r)::"memory");
 }
 
 // The accumulator operands of wgmma.m64n64k8 (%0..%31, 32 per thread),

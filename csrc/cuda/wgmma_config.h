@@ -42,8 +42,10 @@ namespace pygpukit {
 // packed per call as [big | small | corr] (PackSplit::kPartsAligned), the
 // three parts of a k-tile side by side in each stage. Per k8 step three MMAs
 // into one accumulation: B_small * A_corr + B_corr * A_small + B_big * A_big.
-// Promoted every k-tile (kPromoteKTiles 1), which also retires a k-tile's
-// MMAs before the next k-tile's fragments overwrite their registers.
+// Promoted every k-tile (kPromoteKTiles 1). With BN 64 two fragment sets
+// alternate, so the next k-tile's loads and split overlap this one's MMAs;
+// with BN 128 one set (the registers allow no second), reloaded after each
+// k-tile's MMAs retire.
 //
 // kSwapKMajor (with kSwapAB): B is column-major instead (B^T K-major, as
 // F.linear's weight [N][K] lies), loaded as one K-major box per stage and
@@ -88,8 +90,8 @@ struct WgmmaConfig {
                 "the register-operand mainloop promotes for 3xTF32 only");
   static_assert(!kSwapKMajor || kSwapAB, "K-major B^T is the swapped kernels' register operand");
   static_assert(!kSplit3 || (kSwapAB && kPromoteKTiles == 1 && kClusterM == 1),
-                "the split mainloop keeps one set of fragments (each k-tile's MMAs retire "
-                "before the next k-tile's loads), and loads its three parts unclustered");
+                "the split mainloop promotes every k-tile (its fragment sets are reused "
+                "once a k-tile's MMAs retired), and loads its three parts unclustered");
   // Rows of C per TMA store box: a 64 x 32 chunk of one consumer's
   // accumulators, or with kSwapAB a 32 x 32 box, two of which (64 columns of
   // C) fill one epilogue buffer.

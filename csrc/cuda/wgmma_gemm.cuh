@@ -488,64 +488,138 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
       ++it;
     };
     if constexpr (Cfg::kSplit3) {
-      // One k-tile of 3xTF32: B^T's FP32 fragments, split in registers, then
-      // three MMAs per k8 step against A's parts, small terms first. The
-      // split's special cases (Inf, NaN, values within 2^-12 of FLT_MAX) are
-      // tested once per k-tile, one compare per value, and the short split
-      // runs where none occurs (as in the skinny kernel). Every k-tile is
-      // promoted, so its MMAs are retired before the next one reloads the
-      // fragments: one set of registers serves all k-tiles.
-      auto issue_split3 = [&](int s, bool fresh) {
-        const uint32_t a0 = ptx::smem_addr(tile_a(s));
-        const uint32_t b0 = ptx::smem_addr(tile_b(s));
+      // 3xTF32: each k-tile's B^T fragments are loaded as FP32 and split in
+      // registers, then three MMAs per k8 step against A's parts, small
+      // terms first, and the k-tile is promoted. The split's special cases
+      // (Inf, NaN, values within 2^-12 of FLT_MAX) are tested once per
+      // k-tile, one compare per value, and the short split runs where none
+      // occurs (as in the skinny kernel).
+      struct Fragments {
         uint32_t big[Cfg::BK / 8][4], small[Cfg::BK / 8][4], corr[Cfg::BK / 8][4];
+      };
+      using Loaded = uint32_t[Cfg::BK / 8][4];  // a k-tile's FP32 fragments as loaded
+      // Waits for pipeline slot i's data and loads this thread's fragments.
+      auto load = [&](Loaded& v, int i) {
+        ptx::mbarrier_wait(&full[i % Cfg::kStages], (i / Cfg::kStages) & 1);
+        const uint32_t a0 = ptx::smem_addr(tile_a(i % Cfg::kStages));
+#pragma unroll
+        for (int kk = 0; kk < Cfg::BK / 8; ++kk)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) v[kk][j] = ptx::ld_shared_b32(a0 + a_offset(j, kk));
+      };
+      // Splits loaded fragments into f.
+      auto split_into = [&](Fragments& f, const Loaded& v) {
         bool plain = true;
 #pragma unroll
         for (int kk = 0; kk < Cfg::BK / 8; ++kk)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            big[kk][i] = ptx::ld_shared_b32(a0 + a_offset(i, kk));
-            plain &= tf32_split_is_plain(__uint_as_float(big[kk][i]));
-          }
+          for (int j = 0; j < 4; ++j) plain &= tf32_split_is_plain(__uint_as_float(v[kk][j]));
         auto split = [&](auto is_plain) {
 #pragma unroll
           for (int kk = 0; kk < Cfg::BK / 8; ++kk)
 #pragma unroll
-            for (int i = 0; i < 4; ++i)
-              tf32_split_operand<decltype(is_plain)::value>(big[kk][i], big[kk][i], small[kk][i],
-                                                             corr[kk][i]);
+            for (int j = 0; j < 4; ++j)
+              tf32_split_operand<decltype(is_plain)::value>(v[kk][j], f.big[kk][j],
+                                                             f.small[kk][j], f.corr[kk][j]);
         };
         // Only registers differ between the two paths: no wgmma diverges.
         if (__all_sync(0xFFFFFFFFu, plain)) split(std::true_type{});
         else split(std::false_type{});
-        // A's parts in the stage: big, small, corr.
+        // Final here: the compiler must not finish the split after the
+        // wgmma.fence before this set's MMAs (ptxas then fences between
+        // them, and with two sets the split leaves the other set's MMAs).
+#pragma unroll
+        for (int kk = 0; kk < Cfg::BK / 8; ++kk)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            ptx::fence_operand(f.big[kk][j]);
+            ptx::fence_operand(f.small[kk][j]);
+            ptx::fence_operand(f.corr[kk][j]);
+          }
+      };
+      // Slot i's MMAs from f, into a fresh accumulation. A's parts in the
+      // slot: big, small, corr; their descriptors are one computed
+      // descriptor advanced by each part's and k8 step's offset.
+      auto issue = [&](const Fragments& f, int i) {
+        const uint64_t b = ptx::smem_desc_kmajor_sw128(ptx::smem_addr(tile_b(i % Cfg::kStages)));
         auto part = [&](int q, int kk) {
-          return ptx::smem_desc_kmajor_sw128(b0 + q * Cfg::kPartBytesB + kk * 32);
+          return ptx::smem_desc_advance(b, q * Cfg::kPartBytesB + kk * 32);
         };
         ptx::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Cfg::BK / 8; ++kk)
-          ptx::wgmma_tf32_rs<Cfg::BN>(acc, small[kk], part(2, kk), !fresh || kk > 0);
+          ptx::wgmma_tf32_rs<Cfg::BN>(acc, f.small[kk], part(2, kk), kk > 0);
 #pragma unroll
         for (int kk = 0; kk < Cfg::BK / 8; ++kk)
-          ptx::wgmma_tf32_rs<Cfg::BN>(acc, corr[kk], part(1, kk), true);
+          ptx::wgmma_tf32_rs<Cfg::BN>(acc, f.corr[kk], part(1, kk), true);
 #pragma unroll
         for (int kk = 0; kk < Cfg::BK / 8; ++kk)
-          ptx::wgmma_tf32_rs<Cfg::BN>(acc, big[kk], part(0, kk), true);
+          ptx::wgmma_tf32_rs<Cfg::BN>(acc, f.big[kk], part(0, kk), true);
+        ptx::wgmma_commit_group();
       };
+      // With room for two fragment sets (the 64-row tile: 32 + 32
+      // accumulators, 2 x 48 fragments), the next k-tile's loads and split
+      // run while this k-tile's MMAs do; the 128-row tile (64 + 64
+      // accumulators) has room for one set and the next k-tile's 16 loaded
+      // values: its loads run during the MMAs, its split after them.
+      constexpr bool kOverlap = Cfg::BN == 64;
+      Fragments f[kOverlap ? 2 : 1];
+      Fragments& f0 = f[0];
+      Fragments& f1 = f[kOverlap ? 1 : 0];
       // Both consumers would start together and then stay in step, loading
       // and splitting at the same time while the tensor cores idle. So
-      // consumer 1 starts once consumer 0's first k-tile is done, and from
-      // then on each one's loads and split overlap the other's MMAs. Once
-      // per block: a barrier per tile could see consumer 0 arrive twice
-      // (tiles of fewer k-tiles than stages) before consumer 1 waits.
+      // consumer 1 starts once consumer 0's first k-tile is done. Once per
+      // block: a barrier per tile could see consumer 0 arrive twice (tiles
+      // of fewer k-tiles than stages) before consumer 1 waits.
       static_assert(Cfg::kConsumers == 2, "one consumer waits for the other");
       constexpr int kStaggerBarrier = 3;  // after 0 (__syncthreads) and the consumers' 1, 2
+      bool stagger = c == 0 && item == 0;
       if (c == 1 && item == 0) ptx::named_barrier_sync(kStaggerBarrier, 256);
-      for (int kt = tile.k_begin; kt < tile.k_end; ++kt) {
-        k_tile(kt, issue_split3);
-        if (c == 0 && item == 0 && kt == tile.k_begin)
-          ptx::named_barrier_arrive(kStaggerBarrier, 256);
+      // A tile's first k-tile, loaded and split into f.
+      auto load_first = [&](Fragments& f) {
+        Loaded v;
+        load(v, it);
+        split_into(f, v);
+      };
+      // One k-tile: its MMAs from cur, the next k-tile (if has_next) loaded
+      // and split into next (the split after the MMAs retired with one
+      // set), the slot released, the accumulation promoted.
+      auto step = [&](const Fragments& cur, Fragments& next, bool has_next) {
+        issue(cur, it);
+        Loaded v;
+        if (has_next) load(v, it + 1);
+        if (kOverlap && has_next) split_into(next, v);
+        ptx::wgmma_wait_group<0>();
+        release(it);
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) {
+          ptx::fence_operand(acc[i]);
+          total[i] += acc[i];
+        }
+        if (!kOverlap && has_next) split_into(next, v);
+        ++it;
+        if (stagger) ptx::named_barrier_arrive(kStaggerBarrier, 256);
+        stagger = false;
+      };
+      if constexpr (kOverlap) {
+        // Two k-tiles per trip, from f0 then f1, so that each set has fixed
+        // registers and no wgmma sits under a condition (see the RS
+        // mainloop below); an odd count's first k-tile runs alone from f1.
+        int kt = tile.k_begin;
+        if ((tile.k_end - kt) % 2 == 1) {
+          load_first(f1);
+          step(f1, f0, kt + 1 < tile.k_end);
+          ++kt;
+        } else {
+          load_first(f0);
+        }
+        for (; kt < tile.k_end; kt += 2) {
+          step(f0, f1, true);
+          step(f1, f0, kt + 2 < tile.k_end);
+        }
+      } else {
+        load_first(f0);
+        for (int kt = tile.k_begin; kt < tile.k_end; ++kt) step(f0, f0, kt + 1 < tile.k_end);
       }
     } else if constexpr (Cfg::kSwapAB) {
       // The fragments of two consecutive k-tiles: one is read by MMAs in
