@@ -38,8 +38,9 @@ def force_kernel(kernel: Optional[str]) -> Iterator[None]:
             kernel (sm_90a builds on compute capability 9.0). ``wgmma_swap_ab``:
             its variants that read B in place into registers: for a plain
             ``a @ b`` with both operands row-major and 16-byte aligned
-            (precision "tf32"; 128-row tiles for M <= 128, 256 above; the
-            automatic choice for such products, unless 128x128 tiles finish
+            (precision "tf32"; tiles of 64 rows of C for M <= 64, 128 up to
+            M = 128, 256 above; the automatic choice for such products,
+            unless 128x128 tiles finish
             sooner at M > 128), and for precision "tf32x3" at M <= 128 with
             B in either layout, split in registers (what ``wgmma`` runs
             there too). ``mma_sync``:

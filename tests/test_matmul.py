@@ -224,8 +224,9 @@ def test_more_than_2_31_elements(kernel):
 @requires_cuda
 @pytest.mark.parametrize("case", ["tails", "batched", "broadcast_b", "broadcast_a", "split_k", "odd_n",
                                   "linear_gelu", "linear_odd_n", "odd_k_tiles_many_tiles", "n_under_cluster",
-                                  "medium_m1", "medium_m16", "medium_m100_split_k", "medium_batched",
-                                  "medium_linear_odd_n"])
+                                  "narrow_m1", "narrow_m16", "narrow_m16_split_k", "narrow_batched",
+                                  "narrow_linear_odd_n", "medium_m100_split_k",
+                                  "medium_linear_m100_odd_n"])
 def test_swap_ab_path(case):
     """The wgmma kernel's SwapAB variant (a @ b with both operands row-major,
     B read in place): M, N and K tails, batches with either operand broadcast,
@@ -234,9 +235,10 @@ def test_swap_ab_path(case):
     activation on a weight stored [in, out], an odd k-tile count (the peeled
     first k-tile) on CTAs that run several work tiles, and N below one
     cluster's two tiles (the second lies wholly past C's last column); and
-    the 128-row tiles of decode-sized M (medium_*): one row, 16 rows (the
-    other 112 rows of the tile are not loaded), split-K, batches, a bias and
-    activation with an output whose rows are not 16-byte aligned."""
+    the tiles of decode-sized M, 64 rows of C up to M = 64 (narrow_*) and
+    128 above (medium_*): one row, 16 rows (the other rows of the tile are
+    not loaded), split-K, batches, a bias and activation with an output
+    whose rows are not 16-byte aligned."""
     if not kernel_runs_here("wgmma_swap_ab"):
         pytest.skip("the wgmma kernel does not run on this GPU or build")
     def row_major(*shape):  # 16-byte aligned rows even for an odd last dimension
@@ -258,16 +260,19 @@ def test_swap_ab_path(case):
         a, b = row_major(4096, 96), row_major(96, 2048)
     elif case == "n_under_cluster":
         a, b = row_major(300, 64), row_major(64, 100)
-    elif case == "medium_m1":
+    elif case == "narrow_m1":
         a, b = row_major(1, 1000), row_major(1000, 4100)
-    elif case == "medium_m16":
+    elif case == "narrow_m16":
         a, b = row_major(16, 777), row_major(777, 1000)
+    elif case == "narrow_m16_split_k":
+        a, b = row_major(16, 4096), row_major(4096, 1000)
     elif case == "medium_m100_split_k":
         a, b = row_major(100, 4096), row_major(4096, 1000)
-    elif case == "medium_batched":
+    elif case == "narrow_batched":
         a, b = row_major(3, 50, 96), row_major(3, 96, 388)
-    elif case == "medium_linear_odd_n":
-        x, w_t, bias = row_major(64, 300), row_major(300, 1001), torch.randn(1001, device="cuda")
+    elif case in ("narrow_linear_odd_n", "medium_linear_m100_odd_n"):
+        m = 64 if case.startswith("narrow") else 100
+        x, w_t, bias = row_major(m, 300), row_major(300, 1001), torch.randn(1001, device="cuda")
         a, b, x_bias_act = x, w_t, (bias, "relu")
     else:
         n = 1536 if case == "linear_gelu" else 1001
@@ -277,8 +282,9 @@ def test_swap_ab_path(case):
         assert "swap AB" in pygpukit_torch.kernel_info(a, b), pygpukit_torch.kernel_info(a, b)
         if case.endswith("split_k"):
             assert "split-K" in pygpukit_torch.kernel_info(a, b)
-        if case.startswith("medium"):
-            assert "wgmma 128x128" in pygpukit_torch.kernel_info(a, b), pygpukit_torch.kernel_info(a, b)
+        tile = {"narrow": "wgmma 128x64x", "medium": "wgmma 128x128x"}.get(case.split("_")[0])
+        if tile is not None:
+            assert tile in pygpukit_torch.kernel_info(a, b), pygpukit_torch.kernel_info(a, b)
         if x_bias_act is None:
             assert_matmul_close(run(a, b), a, b)
         else:
@@ -305,7 +311,8 @@ def test_decode_a_at_b_reads_b_in_place(m):
 
 @requires_cuda
 @pytest.mark.parametrize("case", ["nn_square", "nt_large", "packed_tails", "batched", "linear_gelu",
-                                  "medium_swap_ab", "medium_nt", "narrow_nt", "low_fill"])
+                                  "medium_swap_ab", "narrow_swap_ab", "medium_nt", "narrow_nt",
+                                  "low_fill"])
 def test_stream_k_last_wave(case):
     """Problems whose work items fill their last wave only in part run that
     wave stream-K on the H200: its tiles' k-tiles split evenly over every
@@ -333,6 +340,8 @@ def test_stream_k_last_wave(case):
         bias_act = (torch.randn(2304, device="cuda"), "gelu")
     elif case == "medium_swap_ab":  # 157 tiles of 128 columns on one-SM clusters
         a, b = torch.randn(100, 4096, device="cuda"), torch.randn(4096, 20000, device="cuda")
+    elif case == "narrow_swap_ab":  # and on 64-row SwapAB tiles
+        a, b = torch.randn(50, 4096, device="cuda"), torch.randn(4096, 20000, device="cuda")
     elif case == "medium_nt":  # the same on K-major 128 x 128 tiles
         a, b = torch.randn(100, 4096, device="cuda"), torch.randn(20000, 4096, device="cuda").mT
     elif case == "narrow_nt":  # and on 64 x 128 tiles

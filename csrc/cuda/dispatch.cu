@@ -51,6 +51,7 @@ const DeviceInfo& device_info(int device) {
 
 enum class Kernel {
   kWgmmaLarge, kWgmmaLargeSwapAB, kWgmmaSquare, kWgmmaMedium, kWgmmaMediumSwapAB, kWgmmaNarrow,
+  kWgmmaNarrowSwapAB,
   kWgmmaPromotedLarge, kWgmmaPromotedMedium,
   kWgmmaSplit3SwapAB, kWgmmaSplit3SwapABKMajor,
   kWgmmaSplit3SwapABNarrow, kWgmmaSplit3SwapABKMajorNarrow,
@@ -70,11 +71,16 @@ bool is_wgmma_split3(Kernel k) {
          k == Kernel::kWgmmaSplit3SwapABNarrow || k == Kernel::kWgmmaSplit3SwapABKMajorNarrow;
 }
 
+// The TF32 kSwapAB configurations: B read in place, nothing packed.
+bool is_wgmma_swap_ab_tf32(Kernel k) {
+  return k == Kernel::kWgmmaLargeSwapAB || k == Kernel::kWgmmaMediumSwapAB ||
+         k == Kernel::kWgmmaNarrowSwapAB;
+}
+
 bool is_wgmma(Kernel k) {
   return k == Kernel::kWgmmaLarge || k == Kernel::kWgmmaLargeSwapAB ||
          k == Kernel::kWgmmaSquare || k == Kernel::kWgmmaMedium ||
-         k == Kernel::kWgmmaMediumSwapAB ||
-         k == Kernel::kWgmmaNarrow ||
+         is_wgmma_swap_ab_tf32(k) || k == Kernel::kWgmmaNarrow ||
          k == Kernel::kWgmmaPromotedLarge || k == Kernel::kWgmmaPromotedMedium ||
          is_wgmma_split3(k);
 }
@@ -165,13 +171,17 @@ bool swap_ab_runs(const GemmProblem& p, Precision precision) {
          tma_compatible(p.B, p.K, p.ldb, p.batch, p.batch_stride_b);
 }
 
-// The kSwapAB configuration for `p`: Medium's 128 rows of C for M <= 128,
-// Large's 256 above; its tiles run along N x M.
+// The kSwapAB configuration for `p`: the narrow tile's 64 rows of C for
+// M <= 64, Medium's 128 for M <= 128, Large's 256 above; its tiles run
+// along N x M.
 Choice swap_ab_choice(GemmProblem p, const DeviceInfo& d) {
-  const bool medium = p.M <= 128;
+  const int64_t m = p.M;
   std::swap(p.M, p.N);
-  return medium ? wgmma_choice<WgmmaMediumSwapAB>(Kernel::kWgmmaMediumSwapAB, p, d)
-                : wgmma_choice<WgmmaLargeSwapAB>(Kernel::kWgmmaLargeSwapAB, p, d);
+  if (m <= WgmmaNarrowSwapAB::BN)
+    return wgmma_choice<WgmmaNarrowSwapAB>(Kernel::kWgmmaNarrowSwapAB, p, d);
+  return m <= WgmmaMediumSwapAB::BN
+             ? wgmma_choice<WgmmaMediumSwapAB>(Kernel::kWgmmaMediumSwapAB, p, d)
+             : wgmma_choice<WgmmaLargeSwapAB>(Kernel::kWgmmaLargeSwapAB, p, d);
 }
 
 // Whether WgmmaSplit3SwapAB (B row-major, as `x @ W` with W stored [in,
@@ -628,7 +638,7 @@ Staging wgmma_staging(const GemmProblem& p, Kernel k) {
     s.split_a = PackSplit::kPartsAligned;
     return sized_staging(s, p);
   }
-  return k == Kernel::kWgmmaLargeSwapAB || k == Kernel::kWgmmaMediumSwapAB
+  return is_wgmma_swap_ab_tf32(k)
              ? Staging{}
              : plan_staging(p, /*for_wgmma=*/true, /*tf32x3=*/false);
 }
@@ -652,6 +662,8 @@ auto with_wgmma_config(Kernel k, F&& f) {
       return f(static_cast<WgmmaLargeSwapAB*>(nullptr));
     case Kernel::kWgmmaMediumSwapAB:
       return f(static_cast<WgmmaMediumSwapAB*>(nullptr));
+    case Kernel::kWgmmaNarrowSwapAB:
+      return f(static_cast<WgmmaNarrowSwapAB*>(nullptr));
     case Kernel::kWgmmaSplit3SwapAB:
       return f(static_cast<WgmmaSplit3SwapAB*>(nullptr));
     case Kernel::kWgmmaSplit3SwapABKMajor:

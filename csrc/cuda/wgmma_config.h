@@ -131,12 +131,19 @@ using WgmmaSquare = WgmmaConfig<128, 128, 6, 2>;
 // WgmmaLarge for `a @ b` with A and B row-major (kSwapAB): 128 columns x 256
 // rows of C per tile, clusters of 2 along C's N sharing their A tile.
 using WgmmaLargeSwapAB = WgmmaConfig<128, 256, 4, 2, 0, true>;
-// WgmmaMedium's counterpart for `a @ b` at decode-sized M (<= 128): 128
-// columns x 128 rows of C per tile (rows past M are not loaded and their
-// results not stored, so M <= 64 issues twice the MMAs it needs: these
-// problems are bound by streaming B, not by the tensor cores), 6 stages of
-// 32 KB, no clusters.
+// WgmmaMedium's counterpart for `a @ b` at 64 < M <= 128: 128 columns x
+// 128 rows of C per tile (rows past M are not loaded and their results not
+// stored), 6 stages of 32 KB, no clusters.
 using WgmmaMediumSwapAB = WgmmaConfig<128, 128, 6, 1, 0, true>;
+// The same for M <= 64: 64 of C's rows per tile (wgmma.m64n64k8 in the RS
+// form), half the MMAs and half the activation bytes per k-tile of the
+// 128-row tile, 8 stages of 16 KB of B^T plus 8 KB of A: 225 KB. H200,
+// session 14, x @ W, bench_decode (us, 128-row tile -> this one): M = 16
+// 27.8 -> 27.4 (4096 x 4096), 72.8 -> 67.0 (4096 -> 14336), 81.2 -> 67.3
+// (14336 -> 4096); M = 64 29.5 -> 29.1, 70.9 -> 66.9, 83.6 -> 71.5.
+// (Clusters of 2 sharing the activations at 64 < M <= 128 did not gain:
+// 31.7 -> 32.1, 86.7 -> 85.7, 79.8 -> 78.6.)
+using WgmmaNarrowSwapAB = WgmmaConfig<128, 64, 8, 1, 0, true>;
 // 3xTF32 (precision "tf32x3"): 128x128x32 with accumulators promoted every
 // 4 k-tiles (128 of K), 6 stages of 32 KB; clusters of 2 along M for M > 128.
 using WgmmaPromotedLarge = WgmmaConfig<128, 128, 6, 2, 4>;
