@@ -153,12 +153,16 @@ class SwapReport:
 
     swapped: every Linear replaced by a TF32Linear; fused: the subset that
     absorbed the activation module after it, with that activation's name;
-    skipped: (name, reason) for every Linear left alone.
+    skipped: (name, reason) for every Linear left alone; bypassable: (name,
+    when) for swapped layers whose parent module does not always call them
+    (e.g. ``nn.TransformerEncoderLayer``'s fused inference fast path reads
+    their weights directly): those calls do not run on pygpukit.
     """
 
     swapped: List[str] = field(default_factory=list)
     fused: List[Tuple[str, str]] = field(default_factory=list)
     skipped: List[Tuple[str, str]] = field(default_factory=list)
+    bypassable: List[Tuple[str, str]] = field(default_factory=list)
 
     def summary(self) -> str:
         """One line: how many layers were swapped (and fused), how many
@@ -170,6 +174,8 @@ class SwapReport:
         reasons = collections.Counter(reason for _, reason in self.skipped)
         if reasons:
             text += ": " + "; ".join(f"{n} x {reason}" for reason, n in reasons.items())
+        if self.bypassable:
+            text += f"; {len(self.bypassable)} swapped layer(s) bypassed at times by their parent module"
         return text
 
 
@@ -196,6 +202,24 @@ def _fusable_activation(module: Optional[nn.Module]) -> Optional[str]:
     if type(module) is nn.SiLU:
         return "silu"
     return None
+
+
+# Modules whose forward uses a child Linear's weight without calling the
+# child (torch's own code, not ours to change): why, by parent type. A
+# Linear under one of the first kind never runs on pygpukit, so it is not
+# swapped; under the second, swapped layers run on pygpukit except on the
+# parent's fast path, which the report says.
+_NEVER_CALLED_BY = {
+    nn.MultiheadAttention: "nn.MultiheadAttention reads its out_proj weight directly and never calls it",
+}
+_SOMETIMES_BYPASSED_BY = {
+    nn.TransformerEncoderLayer: "in eval mode without gradients nn.TransformerEncoderLayer may take its fused "
+                                "fast path, which reads linear1/linear2 weights directly",
+}
+
+
+def _parent_reason(parent: nn.Module, table: Dict[type, str]) -> Optional[str]:
+    return next((why for cls, why in table.items() if isinstance(parent, cls)), None)
 
 
 def _unswappable_reason(module: nn.Linear, swap_subclasses: bool) -> Optional[str]:
@@ -238,9 +262,16 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
       a subclass of nn.Linear (unless ``swap_subclasses``), extra
       parameters/buffers or module hooks (e.g. ``weight_norm``), meta-device
       or non-float32 parameters;
+    * it would never run: a Linear that its parent module uses without
+      calling it (``nn.MultiheadAttention``'s ``out_proj``);
     * ``filter_fn(module, fqn)`` is false;
     * ``policy(module, fqn)`` returns a reason (``policy=None`` swaps every
       layer that passes the checks above).
+
+    Swapped layers that their parent module sometimes bypasses
+    (``nn.TransformerEncoderLayer``'s fused fast path in eval mode without
+    gradients) are listed in the report's ``bypassable`` and logged as a
+    warning: those calls do not run on pygpukit.
 
     Args:
         model: any module; it is modified in place.
@@ -250,8 +281,10 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
             in an ``nn.Sequential`` takes that activation into its epilogue,
             and the activation module becomes ``nn.Identity``.
         precision: the new modules' precision (see matmul_tf32).
-        policy: ``(module, fqn) -> reason or None``; default
-            :func:`default_policy` (skips small layers).
+        policy: ``(module, fqn) -> reason or None``: None swaps, a
+            non-empty string skips and is the reason reported; anything
+            else raises TypeError. Default :func:`default_policy` (skips
+            small layers).
         swap_subclasses: also swap subclasses of nn.Linear (their own
             forward, if any, is then not used).
 
@@ -266,17 +299,26 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
     replacements: Dict[Tuple[int, str], nn.Module] = {}
     visited = set()
 
-    def swap(module: nn.Linear, fqn: str, activation: str = "none") -> nn.Module:
+    def swap(module: nn.Linear, fqn: str, activation: str = "none",
+             parent: Optional[nn.Module] = None) -> nn.Module:
         """`module` itself if it is to be skipped (and why is reported), else
         its TF32Linear (one per Linear and activation)."""
         reason = _unswappable_reason(module, swap_subclasses)
+        if reason is None and parent is not None:
+            reason = _parent_reason(parent, _NEVER_CALLED_BY)
         if reason is None and filter_fn is not None and not filter_fn(module, fqn):
             reason = "excluded by filter_fn"
         if reason is None and policy is not None:
             reason = policy(module, fqn)
+            if reason is not None and not (isinstance(reason, str) and reason):
+                raise TypeError(f"swap_linear_: policy must return None (swap) or a non-empty reason string "
+                                f"(skip); it returned {reason!r} for {fqn or 'the model'!r}")
         if reason is not None:
             report.skipped.append((fqn, reason))
             return module
+        bypass = _parent_reason(parent, _SOMETIMES_BYPASSED_BY) if parent is not None else None
+        if bypass is not None:
+            report.bypassable.append((fqn, bypass))
         key = (id(module), activation)
         if key not in replacements:
             new = TF32Linear.from_linear(module, activation=activation, precision=precision)
@@ -304,7 +346,7 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
             else:
                 act_module = module._modules[next_name] if fusing and next_name is not None else None
                 activation = _fusable_activation(act_module)
-                new = swap(child, child_fqn, activation or "none")
+                new = swap(child, child_fqn, activation or "none", parent=module)
                 if activation is not None and new is not child:
                     # The activation module is kept on the Identity that
                     # takes its place, outside _modules (no new state_dict
@@ -322,6 +364,9 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
 
     model = swap(model, "") if isinstance(model, nn.Linear) else convert(model, "")
     log.info("pygpukit swap_linear_: %s", report.summary())
+    if report.bypassable:
+        log.warning("pygpukit swap_linear_: swapped layers that their parent module may bypass (those calls do "
+                    "not run on pygpukit): %s", "; ".join(f"{fqn}: {why}" for fqn, why in report.bypassable))
     model.pygpukit_swap_report = report
     return model
 

@@ -128,6 +128,54 @@ def test_each_skip_reason():
         assert type(model[fqn]) is not TF32Linear or fqn == "already"
 
 
+def test_multihead_attention_out_proj_is_never_swapped():
+    """nn.MultiheadAttention uses its out_proj's weight without calling it:
+    a TF32Linear there would never run, so it stays, with that reason, even
+    with swap_subclasses=True."""
+    model = nn.MultiheadAttention(256, 4)
+    swap_linear_(model, policy=None, swap_subclasses=True)
+    assert type(model.out_proj) is nn.modules.linear.NonDynamicallyQuantizableLinear
+    assert "never calls it" in dict(model.pygpukit_swap_report.skipped)["out_proj"]
+
+
+def test_transformer_encoder_layer_fast_path_is_reported(caplog):
+    """nn.TransformerEncoderLayer's linear1/linear2 are swapped and run on
+    the op in training, but its fused inference fast path reads their
+    weights directly: the report lists them as bypassable and a warning
+    says so."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class OpNames(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    model = nn.TransformerEncoderLayer(256, 4, 512, batch_first=True, dropout=0.0)
+    with caplog.at_level("WARNING", logger="pygpukit_torch.nn"):
+        swap_linear_(model)
+    report = model.pygpukit_swap_report
+    assert sorted(report.swapped) == ["linear1", "linear2"]
+    assert sorted(fqn for fqn, _ in report.bypassable) == ["linear1", "linear2"]
+    assert "fast path" in caplog.text and "bypassed" in report.summary()
+    with OpNames() as ops:
+        model(torch.randn(2, 5, 256)).sum().backward()
+    assert sum("pygpukit.linear_tf32" in name for name in ops.names) >= 2, ops.names
+
+
+@pytest.mark.parametrize("answer", [False, True, "", 0])
+def test_policy_must_return_none_or_a_reason(answer):
+    """A policy answering with a bool (an easy slip) or an empty string
+    raises instead of quietly skipping every layer."""
+    model = nn.Sequential(nn.Linear(256, 256))
+    with pytest.raises(TypeError, match="policy must return None"):
+        swap_linear_(model, policy=lambda module, fqn: answer)
+    assert type(model[0]) is nn.Linear
+
+
 def test_swap_subclasses_opt_in():
     model = nn.Sequential(nn.modules.linear.NonDynamicallyQuantizableLinear(4, 4),
                           nn.utils.parametrizations.weight_norm(nn.Linear(4, 4)))
