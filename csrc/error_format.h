@@ -22,10 +22,15 @@ inline std::string shape(c10::IntArrayRef sizes) {
 // Bytes from outside Python (an environment variable) with those that are
 // not printable ASCII written as \xNN: the message reaches Python as str,
 // and bytes that are not UTF-8 would turn the error into a UnicodeDecodeError.
+// The first kMaxChars only (then "..."), so a huge value does not make a
+// huge message.
 inline std::string printable(const char* text) {
   static const char kHex[] = "0123456789abcdef";
+  constexpr int kMaxChars = 64;
   std::string s;
-  for (const char* c = text; *c != '\0'; ++c) {
+  int n = 0;
+  for (const char* c = text; *c != '\0'; ++c, ++n) {
+    if (n == kMaxChars) return s + "...";
     const auto b = static_cast<unsigned char>(*c);
     if (b >= 0x20 && b < 0x7f) s += *c;
     else s += std::string("\\x") + kHex[b >> 4] + kHex[b & 15];

@@ -151,8 +151,9 @@ def kernel_info(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
     _check_wrapper_args("kernel_info", precision, a=a, b=b)
     info = torch.ops.pygpukit.matmul_kernel_info.default(a, b, precision=precision)
     forced = os.environ.get("PYGPUKIT_KERNEL")
-    if forced is not None and forced not in KERNELS:
-        info += f" [PYGPUKIT_KERNEL={forced!r} names no kernel ({', '.join(KERNELS)}): ignored]"
+    if forced and forced not in KERNELS:  # empty counts as unset, as for PYGPUKIT_PRECISION
+        shown = repr(forced) if len(forced) <= 64 else repr(forced[:64]) + "..."
+        info += f" [PYGPUKIT_KERNEL={shown} names no kernel ({', '.join(KERNELS)}): ignored]"
     return info
 
 

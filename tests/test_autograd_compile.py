@@ -176,6 +176,10 @@ def test_kernel_info_says_when_pygpukit_kernel_names_no_kernel(monkeypatch):
     assert info.endswith("ignored]"), info
     monkeypatch.setenv("PYGPUKIT_KERNEL", "fma")
     assert "names no kernel" not in pygpukit_torch.kernel_info(a, b)
+    monkeypatch.setenv("PYGPUKIT_KERNEL", "")  # empty counts as unset
+    assert pygpukit_torch.kernel_info(a, b) == plain
+    monkeypatch.setenv("PYGPUKIT_KERNEL", "w" * 5000)  # echoed cut short
+    assert "[PYGPUKIT_KERNEL='" + "w" * 64 + "'... names no kernel" in pygpukit_torch.kernel_info(a, b)
 
 
 def test_force_kernel_rejects_unknown_names_and_restores_the_environment():

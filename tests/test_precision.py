@@ -390,6 +390,14 @@ def test_default_precision_and_torch_compile():
     assert torch.equal(torch.compile(f, backend="aot_eager")(x, eye), ieee)
 
 
+def test_long_bad_precision_variable_is_cut_short_in_the_error(monkeypatch):
+    """The error echoes the variable's first 64 characters, not all of it."""
+    monkeypatch.setenv("PYGPUKIT_PRECISION", "x" * 5000)
+    with pytest.raises(ValueError) as error:
+        pygpukit_torch.matmul_tf32(torch.eye(4), torch.eye(4))
+    assert "got '" + "x" * 64 + "...'" in str(error.value) and len(str(error.value)) < 400, str(error.value)
+
+
 def test_allow_tf32_environment_variable_values():
     code = ("import torch, pygpukit_torch\n"
             "x = torch.eye(8) * (1 + 2**-11 + 2**-12)\n"
