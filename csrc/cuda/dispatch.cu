@@ -332,7 +332,8 @@ Choice few_rows_gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
 // - row-major, 3xTF32 (W's parts packed per call; promoted wgmma forced):
 //   22.0-58.3 vs 141-458 at M = 2, 40.1-123.9 vs 141-454 at M = 16;
 // - row-major, TF32 (SwapAB wgmma): 1.01-1.21x faster at M = 2 to 8,
-//   0.52-0.69x at M = 16;
+//   0.52-0.69x at M = 16; session 14, against the 64-row SwapAB tile:
+//   1.09-1.17x at M = 4, 1.08-1.13x at 8, 0.54-0.69x at 16;
 // - K-major, 3xTF32 (skinny, split in registers): 1.9-2.8x faster at M =
 //   2 to 8, 0.72-0.89x at M = 16; session 11, after the skinny kernel's
 //   split got cheaper (skinny_gemm.cu, mma_block): 1.5-1.65x at M = 2 and 4,
