@@ -78,7 +78,7 @@ bool is_wgmma_swap_ab_tf32(Kernel k) {
 }
 
 bool is_wgmma(Kernel k) {
-  return k == Kernel::kWgmmaLarge || k == Kernel::kWgmmaLargeSwapAB ||
+  return k == Kernel::kWgmmaLarge ||
          k == Kernel::kWgmmaSquare || k == Kernel::kWgmmaMedium ||
          is_wgmma_swap_ab_tf32(k) || k == Kernel::kWgmmaNarrow ||
          k == Kernel::kWgmmaPromotedLarge || k == Kernel::kWgmmaPromotedMedium ||

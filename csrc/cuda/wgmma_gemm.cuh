@@ -438,6 +438,23 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
   // lies in a stage.
   const int warp = (threadIdx.x % 128) / 32;
   auto a_offset = [&](int i, int kk) { return swap_ab_fragment_offset<Cfg>(c, warp, lane, i, kk); };
+  // kSwapAB: this thread's A fragments of the k-tile in stage s, as they lie
+  // there (rounded to TF32 by TMA, or FP32 for kSplit3 to split).
+  auto load_fragments = [&](uint32_t(&f)[Cfg::BK / 8][4], int s) {
+    const uint32_t a0 = ptx::smem_addr(tile_a(s));
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BK / 8; ++kk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) f[kk][i] = ptx::ld_shared_b32(a0 + a_offset(i, kk));
+  };
+  // Adds the retired accumulation into the promoted sums (kPromote > 0).
+  auto promote_acc = [&]() {
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) {
+      ptx::fence_operand(acc[i]);
+      total[i] += acc[i];
+    }
+  };
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
   int it = 0;  // pipeline slot counter, continuous across work tiles
@@ -472,11 +489,7 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
         ptx::wgmma_wait_group<0>();
         if (!previous_released) release(it - 1);
         release(it);
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) {
-          ptx::fence_operand(acc[i]);
-          total[i] += acc[i];
-        }
+        promote_acc();
         previous_released = true;
       } else {
         // Keep this k-tile's MMAs in flight while releasing the previous
@@ -501,11 +514,7 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
       // Waits for pipeline slot i's data and loads this thread's fragments.
       auto load = [&](Loaded& v, int i) {
         ptx::mbarrier_wait(&full[i % Cfg::kStages], (i / Cfg::kStages) & 1);
-        const uint32_t a0 = ptx::smem_addr(tile_a(i % Cfg::kStages));
-#pragma unroll
-        for (int kk = 0; kk < Cfg::BK / 8; ++kk)
-#pragma unroll
-          for (int j = 0; j < 4; ++j) v[kk][j] = ptx::ld_shared_b32(a0 + a_offset(j, kk));
+        load_fragments(v, i % Cfg::kStages);
       };
       // Splits loaded fragments into f.
       auto split_into = [&](Fragments& f, const Loaded& v) {
@@ -591,11 +600,7 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
         if (kOverlap && has_next) split_into(next, v);
         ptx::wgmma_wait_group<0>();
         release(it);
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) {
-          ptx::fence_operand(acc[i]);
-          total[i] += acc[i];
-        }
+        promote_acc();
         if (!kOverlap && has_next) split_into(next, v);
         ++it;
         if (stagger) ptx::named_barrier_arrive(kStaggerBarrier, 256);
@@ -628,12 +633,8 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
       // One k-tile in the RS form: the whole k-tile's fragments first (TMA
       // rounded them to TF32), so one fence covers them, then its MMAs.
       auto issue_rs = [&](uint32_t(&f)[Cfg::BK / 8][4], int s, bool fresh) {
-        const uint32_t a0 = ptx::smem_addr(tile_a(s));
         const uint32_t b0 = ptx::smem_addr(tile_b(s));
-#pragma unroll
-        for (int kk = 0; kk < Cfg::BK / 8; ++kk)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) f[kk][i] = ptx::ld_shared_b32(a0 + a_offset(i, kk));
+        load_fragments(f, s);
         ptx::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Cfg::BK / 8; ++kk)
