@@ -218,7 +218,8 @@ _SOMETIMES_BYPASSED_BY = {
 }
 
 
-def _parent_reason(parent: nn.Module, table: Dict[type, str]) -> Optional[str]:
+def _parent_reason(parent: Optional[nn.Module], table: Dict[type, str]) -> Optional[str]:
+    """`table`'s entry for `parent`'s type, or None (also for no parent: the model itself)."""
     return next((why for cls, why in table.items() if isinstance(parent, cls)), None)
 
 
@@ -304,7 +305,7 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
         """`module` itself if it is to be skipped (and why is reported), else
         its TF32Linear (one per Linear and activation)."""
         reason = _unswappable_reason(module, swap_subclasses)
-        if reason is None and parent is not None:
+        if reason is None:
             reason = _parent_reason(parent, _NEVER_CALLED_BY)
         if reason is None and filter_fn is not None and not filter_fn(module, fqn):
             reason = "excluded by filter_fn"
@@ -316,7 +317,7 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
         if reason is not None:
             report.skipped.append((fqn, reason))
             return module
-        bypass = _parent_reason(parent, _SOMETIMES_BYPASSED_BY) if parent is not None else None
+        bypass = _parent_reason(parent, _SOMETIMES_BYPASSED_BY)
         if bypass is not None:
             report.bypassable.append((fqn, bypass))
         key = (id(module), activation)
