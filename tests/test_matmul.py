@@ -226,7 +226,8 @@ def test_more_than_2_31_elements(kernel):
                                   "linear_gelu", "linear_odd_n", "odd_k_tiles_many_tiles", "n_under_cluster",
                                   "narrow_m1", "narrow_m16", "narrow_m16_split_k", "narrow_batched",
                                   "narrow_linear_odd_n", "medium_m100_split_k",
-                                  "medium_linear_m100_odd_n"])
+                                  "medium_linear_m100_odd_n", "medium_ring_m128", "medium_ring_batched",
+                                  "medium_ring_linear_odd_k"])
 def test_swap_ab_path(case):
     """The wgmma kernel's SwapAB variant (a @ b with both operands row-major,
     B read in place): M, N and K tails, batches with either operand broadcast,
@@ -238,7 +239,9 @@ def test_swap_ab_path(case):
     the tiles of decode-sized M, 64 rows of C up to M = 64 (narrow_*) and
     128 above (medium_*): one row, 16 rows (the other rows of the tile are
     not loaded), split-K, batches, a bias and activation with an output
-    whose rows are not 16-byte aligned."""
+    whose rows are not 16-byte aligned; and where the 128-row tile does not
+    split K (medium_ring_*), the weight's own deeper ring: many tiles, batches,
+    an odd k-tile count with a K tail and a fused bias and GELU."""
     if not kernel_runs_here("wgmma_swap_ab"):
         pytest.skip("the wgmma kernel does not run on this GPU or build")
     def row_major(*shape):  # 16-byte aligned rows even for an odd last dimension
@@ -270,6 +273,13 @@ def test_swap_ab_path(case):
         a, b = row_major(100, 4096), row_major(4096, 1000)
     elif case == "narrow_batched":
         a, b = row_major(3, 50, 96), row_major(3, 96, 388)
+    elif case == "medium_ring_m128":  # 112 tiles of 128 columns, too many to split K
+        a, b = row_major(128, 4096), row_major(4096, 14336)
+    elif case == "medium_ring_batched":  # batches never split K
+        a, b = row_major(3, 100, 96), row_major(3, 96, 388)
+    elif case == "medium_ring_linear_odd_k":  # 17 k-tiles, the last 8 of K wide
+        x, w_t, bias = row_major(100, 520), row_major(520, 9001), torch.randn(9001, device="cuda")
+        a, b, x_bias_act = x, w_t, (bias, "gelu")
     elif case in ("narrow_linear_odd_n", "medium_linear_m100_odd_n"):
         m = 64 if case.startswith("narrow") else 100
         x, w_t, bias = row_major(m, 300), row_major(300, 1001), torch.randn(1001, device="cuda")
@@ -285,6 +295,9 @@ def test_swap_ab_path(case):
         tile = {"narrow": "wgmma 128x64x", "medium": "wgmma 128x128x"}.get(case.split("_")[0])
         if tile is not None:
             assert tile in pygpukit_torch.kernel_info(a, b), pygpukit_torch.kernel_info(a, b)
+        if case.startswith("medium"):  # its own ring for the weight exactly where K is not split
+            ring = "stages 8 (A: 4)" in pygpukit_torch.kernel_info(a, b)
+            assert ring == ("split-K" not in pygpukit_torch.kernel_info(a, b)), pygpukit_torch.kernel_info(a, b)
         if x_bias_act is None:
             assert_matmul_close(run(a, b), a, b)
         else:
@@ -383,6 +396,36 @@ def test_unloaded_tile_rows_never_reach_the_output(m, n):
                          (torch.randn(m, 300, device="cuda"), torch.randn(300, (n + 3) // 4 * 4, device="cuda")),
                          (torch.randn(3, m, 300, device="cuda"), torch.randn(3, 300, (n + 3) // 4 * 4, device="cuda"))]:
                 assert_matmul_close(run(a, b), a, b)
+
+
+@requires_cuda
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_split_k_in_a_cuda_graph(layout):
+    """A decode-sized product that splits K (the GEMM's partial sums, then
+    the reduction kernel) replays in a CUDA graph with fresh inputs copied
+    in, bitwise equal to eager calls on the same inputs."""
+    if not kernel_runs_here("wgmma"):
+        pytest.skip("the wgmma kernel does not run on this GPU or build")
+    x = torch.randn(64, 4096, device="cuda")
+    w = torch.randn(4096, 4096, device="cuda")
+    b = w if layout == "nn" else w.t().contiguous().t()  # nt: W stored [N, K], as F.linear's
+    if "split-K" not in pygpukit_torch.kernel_info(x, b):
+        pytest.skip(f"no split-K here: {pygpukit_torch.kernel_info(x, b)}")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        matmul_tf32(x, b)  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = matmul_tf32(x, b)
+    for _ in range(3):
+        x.copy_(torch.randn_like(x))
+        captured.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, matmul_tf32(x, b))
+        assert_matmul_close(captured.clone(), x, b)
 
 
 @requires_cuda

@@ -51,7 +51,7 @@ const DeviceInfo& device_info(int device) {
 
 enum class Kernel {
   kWgmmaLarge, kWgmmaLargeSwapAB, kWgmmaSquare, kWgmmaMedium, kWgmmaMediumSwapAB, kWgmmaNarrow,
-  kWgmmaNarrowSwapAB,
+  kWgmmaNarrowSwapAB, kWgmmaMediumSwapABRing,
   kWgmmaPromotedLarge, kWgmmaPromotedMedium,
   kWgmmaSplit3SwapAB, kWgmmaSplit3SwapABKMajor,
   kWgmmaSplit3SwapABNarrow, kWgmmaSplit3SwapABKMajorNarrow,
@@ -74,7 +74,7 @@ bool is_wgmma_split3(Kernel k) {
 // The TF32 kSwapAB configurations: B read in place, nothing packed.
 bool is_wgmma_swap_ab_tf32(Kernel k) {
   return k == Kernel::kWgmmaLargeSwapAB || k == Kernel::kWgmmaMediumSwapAB ||
-         k == Kernel::kWgmmaNarrowSwapAB;
+         k == Kernel::kWgmmaNarrowSwapAB || k == Kernel::kWgmmaMediumSwapABRing;
 }
 
 bool is_wgmma(Kernel k) {
@@ -179,9 +179,14 @@ Choice swap_ab_choice(GemmProblem p, const DeviceInfo& d) {
   std::swap(p.M, p.N);
   if (m <= WgmmaNarrowSwapAB::BN)
     return wgmma_choice<WgmmaNarrowSwapAB>(Kernel::kWgmmaNarrowSwapAB, p, d);
-  return m <= WgmmaMediumSwapAB::BN
-             ? wgmma_choice<WgmmaMediumSwapAB>(Kernel::kWgmmaMediumSwapAB, p, d)
-             : wgmma_choice<WgmmaLargeSwapAB>(Kernel::kWgmmaLargeSwapAB, p, d);
+  if (m <= WgmmaMediumSwapAB::BN) {
+    Choice c = wgmma_choice<WgmmaMediumSwapAB>(Kernel::kWgmmaMediumSwapAB, p, d);
+    // Where K is not split, each block streams all of K: the weight's own
+    // deeper ring (WgmmaMediumSwapABRing) keeps more of it in flight.
+    if (c.splits == 1) c.kernel = Kernel::kWgmmaMediumSwapABRing;
+    return c;
+  }
+  return wgmma_choice<WgmmaLargeSwapAB>(Kernel::kWgmmaLargeSwapAB, p, d);
 }
 
 // Whether WgmmaSplit3SwapAB (B row-major, as `x @ W` with W stored [in,
@@ -665,6 +670,8 @@ auto with_wgmma_config(Kernel k, F&& f) {
       return f(static_cast<WgmmaMediumSwapAB*>(nullptr));
     case Kernel::kWgmmaNarrowSwapAB:
       return f(static_cast<WgmmaNarrowSwapAB*>(nullptr));
+    case Kernel::kWgmmaMediumSwapABRing:
+      return f(static_cast<WgmmaMediumSwapABRing*>(nullptr));
     case Kernel::kWgmmaSplit3SwapAB:
       return f(static_cast<WgmmaSplit3SwapAB*>(nullptr));
     case Kernel::kWgmmaSplit3SwapABKMajor:
@@ -704,6 +711,10 @@ std::string wgmma_name(const GemmProblem& p, Kernel k, int splits) {
   const Staging s = wgmma_staging(p, k);
   std::string name = "wgmma " + to_string(Config::BM) + "x" + to_string(Config::BN) + "x" +
                      to_string(Config::BK) + " stages " + to_string(Config::kStages) +
+                     // The operand with its own ring, named as the caller's (A under kSwapAB).
+                     (Config::kOwnStagesB ? std::string(Config::kSwapAB ? " (A: " : " (B: ") +
+                                                to_string(Config::kStagesB) + ")"
+                                          : "") +
                      " cluster " + to_string(Config::kClusterM) + "x1";
   if (Config::kPromoteKTiles == 1) name += " promoted every k-tile";
   if (Config::kPromoteKTiles > 1)

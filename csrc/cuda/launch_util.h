@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <utility>
 
 #include <cuda_runtime.h>
 
@@ -25,6 +26,28 @@ cudaError_t launch_row_blocks(const GemmProblem& p, int64_t rows, Launch&& launc
     if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with programmatic
+// dependent launch when `programmatic` (ptx::grid_dependency_wait: the
+// kernel may start before the previous one in the stream ends, and must
+// wait for it before touching memory). Compute capability 9.0 and newer.
+template <class... Params, class... Args>
+cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                          cudaStream_t stream, bool programmatic, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = programmatic ? 1 : 0;
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  if (err != cudaSuccess) cudaGetLastError();  // reported here: not again at torch's next check
+  return err;
 }
 
 // Sets a kernel's dynamic shared memory limit (needed above 48 KB) once per

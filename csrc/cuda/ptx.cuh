@@ -10,6 +10,27 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// Programmatic dependent launch (griddepcontrol, 9.7.13.x; sm_90 and newer,
+// no-ops before). A kernel launched with
+// cudaLaunchAttributeProgrammaticStreamSerialization may start while the
+// kernel before it in the stream is still running: grid_dependency_wait
+// blocks until that kernel has completed and its memory operations are
+// visible (at once when there is none), so everything before it must
+// touch no memory that kernel writes or reads. allow_dependent_launch lets
+// the next such kernel start (once every block of this grid has called it
+// or exited); it still waits for all of this grid in its own
+// grid_dependency_wait.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 // 16-byte global->shared copy that bypasses L1 (cp.async.cg, PTX ISA 9.7.9.25).
 // Only `src_bytes` (0, 4, 8, 12 or 16) are read; the rest of the 16 bytes is
 // zero-filled, which is how partial chunks at the M/N/K edges are predicated.

@@ -50,8 +50,16 @@ namespace pygpukit {
 // kSwapKMajor (with kSwapAB): B is column-major instead (B^T K-major, as
 // F.linear's weight [N][K] lies), loaded as one K-major box per stage and
 // read into registers row by row.
+//
+// kStagesB_ > 0 (unclustered only): B has its own ring of kStagesB_ slots,
+// fed by a second producer thread, instead of sharing A's kStages. At
+// decode-sized M the weight streams from DRAM while the few rows of
+// activations come from L2: the TF32 tiles at M = 128 wait on their full
+// barriers at 53% of DRAM's rate (H200, ncu), so the weight's operand gets
+// the deeper ring and the activations' the shallower one.
 template <int BM_, int BN_, int kStages_, int kClusterM_, int kPromoteKTiles_ = 0,
-          bool kSwapAB_ = false, bool kSplit3_ = false, bool kSwapKMajor_ = false>
+          bool kSwapAB_ = false, bool kSplit3_ = false, bool kSwapKMajor_ = false,
+          int kStagesB_ = 0>
 struct WgmmaConfig {
   static constexpr int BM = BM_, BN = BN_, kClusterM = kClusterM_;
   static constexpr int kPromoteKTiles = kPromoteKTiles_;
@@ -62,11 +70,18 @@ struct WgmmaConfig {
   // CU_TENSOR_MAP_SWIZZLE_128B copy may have.
   static constexpr int BK = 32;
   static constexpr int kStages = kStages_;
+  // B's slots: its own ring, or (kOwnStagesB false) the B half of A's slots.
+  static constexpr bool kOwnStagesB = kStagesB_ > 0;
+  static constexpr int kStagesB = kOwnStagesB ? kStagesB_ : kStages;
   static constexpr int kConsumers = BM / 64;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kStageBytesA = BM * BK * 4, kPartBytesB = BN * BK * 4;
   static constexpr int kStageBytesB = kPartsB * kPartBytesB;
-  static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
+  // The stride of A's slots, which hold B's tiles too unless kOwnStagesB.
+  static constexpr int kStageBytes = kStageBytesA + (kOwnStagesB ? 0 : kStageBytesB);
+  static constexpr int kTileBytes = kStages * kStageBytes + (kOwnStagesB ? kStagesB * kStageBytesB : 0);
+  // A full and an empty mbarrier per slot of each ring.
+  static constexpr int kBarriers = 2 * (kStages + (kOwnStagesB ? kStagesB : 0));
   // The epilogue stages C through shared memory in 64 x 32 chunks (one
   // 128-byte swizzle atom wide; with kSwapAB 32 rows x 64 columns of C, as
   // two 32 x 32 boxes), double-buffered per consumer warpgroup, and TMA
@@ -77,7 +92,10 @@ struct WgmmaConfig {
   static constexpr int kEpilogueBytes = kConsumers * 2 * kEpilogueBufferBytes;
   // Tiles, epilogue buffers and full/empty mbarriers, plus slack to align
   // the tiles to the 1024 bytes that the 128-byte swizzle pattern repeats over.
-  static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + 2 * kStages * 8 + 1024;
+  static constexpr int kSmemBytes = kTileBytes + kEpilogueBytes + kBarriers * 8 + 1024;
+  // Hopper's 227 KB per block, less room for the kernel's static shared
+  // memory (a few words).
+  static_assert(kSmemBytes <= 227 * 1024 - 256, "the configuration's shared memory does not fit");
   static_assert(BM % 64 == 0 && (BN == 256 || BN == 128 || (BN == 64 && kSwapAB)),
                 "the consumer issues wgmma.m64n{BN}k8 (n64 in the RS form only)");
   static_assert(kPromoteKTiles == 0 || BN <= 128,
@@ -89,6 +107,12 @@ struct WgmmaConfig {
   static_assert(!kSwapAB || (kPromoteKTiles == 0) == !kSplit3,
                 "the register-operand mainloop promotes for 3xTF32 only");
   static_assert(!kSwapKMajor || kSwapAB, "K-major B^T is the swapped kernels' register operand");
+  static_assert(!kOwnStagesB || kClusterM == 1,
+                "B's own ring is released by this block's consumers only (no multicast)");
+  static_assert(kStagesB_ == 0 || kStagesB_ >= 2,
+                "a slot is released one k-tile late (one k-tile's MMAs stay in flight)");
+  static_assert(!kOwnStagesB || !kSplit3,
+                "the split mainloop waits on the shared ring's barriers only");
   static_assert(!kSplit3 || (kSwapAB && kPromoteKTiles == 1 && kClusterM == 1),
                 "the split mainloop promotes every k-tile (its fragment sets are reused "
                 "once a k-tile's MMAs retired), and loads its three parts unclustered");
@@ -144,6 +168,14 @@ using WgmmaMediumSwapAB = WgmmaConfig<128, 128, 6, 1, 0, true>;
 // (Clusters of 2 sharing the activations at 64 < M <= 128 did not gain:
 // 31.7 -> 32.1, 86.7 -> 85.7, 79.8 -> 78.6.)
 using WgmmaNarrowSwapAB = WgmmaConfig<128, 64, 8, 1, 0, true>;
+// WgmmaMediumSwapAB where K is not split (dispatch.cu, swap_ab_choice):
+// the weight (B^T, the A operand here) in 8 slots of 16 KB and the
+// activations in 4 of their own, 128 KB of W in flight instead of 96. Each
+// block then streams all of K from DRAM; split-K's short ranges keep the
+// shared ring (this ring on every tile lost ~1 us on split 4096^2). H200,
+// bench_decode, x @ W, M = 128, 4096 -> 14336: 82.7 -> 75.3 us (session 15).
+// 225 KB.
+using WgmmaMediumSwapABRing = WgmmaConfig<128, 128, 8, 1, 0, true, false, false, 4>;
 // 3xTF32 (precision "tf32x3"): 128x128x32 with accumulators promoted every
 // 4 k-tiles (128 of K), 6 stages of 32 KB; clusters of 2 along M for M > 128.
 using WgmmaPromotedLarge = WgmmaConfig<128, 128, 6, 2, 4>;

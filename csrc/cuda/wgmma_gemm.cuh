@@ -46,11 +46,11 @@ struct WgmmaParams {
   // split s stores its partial product as batch entry s of C (then batch is
   // 1), and a separate pass sums the splits in order (deterministic).
   int splits, k_tiles_per_split;
-  // Bytes the TMA copies of one stage deliver (the full barrier's
+  // Bytes the TMA copies of one slot deliver (its full barrier's
   // transaction count): the A tile's loaded rows (under kSwapAB without
   // kSwapKMajor all of its 32 x 32 boxes) and the B tile's (kSplit3: its
-  // three parts').
-  int stage_tx_bytes;
+  // three parts'); with kOwnStagesB, A's in A's ring and B's in B's.
+  int stage_tx_bytes, stage_tx_bytes_b;
   // Stream-K for the last wave (stream_k_iters > 0, see cluster_work): the
   // first stream_k_whole work items run whole, the k-tiles of the rest
   // (stream_k_iters in all) are cut into one equal range per cluster of the
@@ -421,14 +421,18 @@ __device__ __forceinline__ bool finish_stream_k_segment(const WgmmaParams& p,
 template <class Cfg, class TileA, class TileB>
 __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap* map_c,
                                         TileA tile_a, TileB tile_b, uint8_t* epilogue_smem,
-                                        uint64_t* full, uint64_t* empty, uint32_t rank,
+                                        uint64_t* full, uint64_t* empty, uint64_t* full_b,
+                                        uint64_t* empty_b, uint32_t rank,
                                         int c, int lane, uint32_t* stream_k_last) {
   // Frees pipeline slot `it` in every block of the cluster (each holds our
-  // multicast B slice there) once this warp's MMAs on it completed.
+  // multicast B slice there) once this warp's MMAs on it completed; with
+  // kOwnStagesB, B's slot too.
   auto release = [&](int it) {
-    if (lane == 0)
+    if (lane == 0) {
       for (uint32_t cta = 0; cta < Cfg::kClusterM; ++cta)
         ptx::mbarrier_arrive_cluster(&empty[it % Cfg::kStages], cta);
+      if constexpr (Cfg::kOwnStagesB) ptx::mbarrier_arrive_cluster(&empty_b[it % Cfg::kStagesB], 0);
+    }
   };
   constexpr int kAcc = Cfg::BN / 2;  // accumulators per thread
   constexpr int kPromote = Cfg::kPromoteKTiles;
@@ -469,7 +473,8 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) total[i] = -0.0f;
     }
-    // One k-tile: wait for its slot, issue(s, fresh) its MMAs, then either
+    // One k-tile: wait for its slot(s), issue(s, sb, fresh) its MMAs (A's
+    // tile in slot s, B's in slot sb), then either
     // promote or keep them in flight while releasing the previous slot.
     auto k_tile = [&](int kt, auto&& issue) {
       const int s = it % Cfg::kStages;
@@ -482,7 +487,9 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
       const bool fresh = kt == tile.k_begin || (kPromote > 0 && phase % kPromote == 0);
       const bool promote = kPromote > 0 && ((phase + 1) % kPromote == 0 || kt + 1 == tile.k_end);
       ptx::mbarrier_wait(&full[s], (it / Cfg::kStages) & 1);
-      issue(s, fresh);
+      const int sb = it % Cfg::kStagesB;
+      if constexpr (Cfg::kOwnStagesB) ptx::mbarrier_wait(&full_b[sb], (it / Cfg::kStagesB) & 1);
+      issue(s, sb, fresh);
       ptx::wgmma_commit_group();
       if (promote) {
         // Every MMA of the period must be done before its sum is read.
@@ -632,8 +639,8 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
       uint32_t frag[2][Cfg::BK / 8][4];
       // One k-tile in the RS form: the whole k-tile's fragments first (TMA
       // rounded them to TF32), so one fence covers them, then its MMAs.
-      auto issue_rs = [&](uint32_t(&f)[Cfg::BK / 8][4], int s, bool fresh) {
-        const uint32_t b0 = ptx::smem_addr(tile_b(s));
+      auto issue_rs = [&](uint32_t(&f)[Cfg::BK / 8][4], int s, int sb, bool fresh) {
+        const uint32_t b0 = ptx::smem_addr(tile_b(sb));
         load_fragments(f, s);
         ptx::wgmma_fence();
 #pragma unroll
@@ -653,8 +660,8 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
       // (Choosing the array by a branch made ptxas add a dummy wgmma where
       // the branches join; a conditional second k-tile in the trip made it
       // serialize every wgmma.)
-      auto rs0 = [&](int s, bool fresh) { issue_rs(frag[0], s, fresh); };
-      auto rs1 = [&](int s, bool fresh) { issue_rs(frag[1], s, fresh); };
+      auto rs0 = [&](int s, int sb, bool fresh) { issue_rs(frag[0], s, sb, fresh); };
+      auto rs1 = [&](int s, int sb, bool fresh) { issue_rs(frag[1], s, sb, fresh); };
       int kt = tile.k_begin;
       if ((tile.k_end - kt) % 2 == 1) k_tile(kt++, rs1);
       for (; kt < tile.k_end; kt += 2) {
@@ -662,9 +669,9 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
         k_tile(kt + 1, rs1);
       }
     } else {
-      auto ss = [&](int s, bool fresh) {
+      auto ss = [&](int s, int sb, bool fresh) {
         const uint32_t a0 = ptx::smem_addr(tile_a(s)) + c * 64 * 128;
-        const uint32_t b0 = ptx::smem_addr(tile_b(s));
+        const uint32_t b0 = ptx::smem_addr(tile_b(sb));
         ptx::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Cfg::BK / 8; ++kk) {
@@ -716,15 +723,21 @@ __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kTh
   extern __shared__ uint8_t smem_raw[];
   uint8_t* const smem = reinterpret_cast<uint8_t*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-  // Stage s: A tile [BM][BK] then B tile [BN][BK], both K-major, swizzled
+  // Slot s: A tile [BM][BK] then B tile [BN][BK], both K-major, swizzled
   // (under kSwapAB without kSwapKMajor, A as BM / 32 N-major 32 x 32 boxes;
-  // with kSplit3, B as its three parts, [BN][BK] each).
+  // with kSplit3, B as its three parts, [BN][BK] each); with kOwnStagesB,
+  // A's slots, then B's.
   auto tile_a = [smem](int s) { return smem + s * Cfg::kStageBytes; };
-  auto tile_b = [smem](int s) { return smem + s * Cfg::kStageBytes + Cfg::kStageBytesA; };
-  uint8_t* const epilogue_smem = smem + Cfg::kStages * Cfg::kStageBytes;
+  auto tile_b = [smem](int s) {
+    return Cfg::kOwnStagesB ? smem + Cfg::kStages * Cfg::kStageBytes + s * Cfg::kStageBytesB
+                            : smem + s * Cfg::kStageBytes + Cfg::kStageBytesA;
+  };
+  uint8_t* const epilogue_smem = smem + Cfg::kTileBytes;
   uint64_t* const full =
       reinterpret_cast<uint64_t*>(epilogue_smem + Cfg::kEpilogueBytes);
   uint64_t* const empty = full + Cfg::kStages;
+  uint64_t* const full_b = Cfg::kOwnStagesB ? empty + Cfg::kStages : full;
+  uint64_t* const empty_b = Cfg::kOwnStagesB ? full_b + Cfg::kStagesB : empty;
 
   const int warpgroup = threadIdx.x / 128;
   const int lane = threadIdx.x % 32;
@@ -736,8 +749,18 @@ __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kTh
       // only when no block still reads the B slice we multicast into it.
       ptx::mbarrier_init(&empty[s], Cfg::kClusterM * Cfg::kConsumers * 4);
     }
+    if constexpr (Cfg::kOwnStagesB)
+      for (int s = 0; s < Cfg::kStagesB; ++s) {
+        ptx::mbarrier_init(&full_b[s], 1);
+        ptx::mbarrier_init(&empty_b[s], Cfg::kConsumers * 4);  // unclustered (WgmmaConfig)
+      }
     ptx::fence_barrier_init();
   }
+  // Launched programmatically, the kernel before this one may still run:
+  // wait for it before any operand is read or C written, then let the next
+  // (the split-K reduction) start and wait on this grid in turn.
+  ptx::grid_dependency_wait();
+  ptx::allow_dependent_launch();
   // Peers multicast into our shared memory and arrive on our barriers: they
   // must all be initialized first.
   ptx::cluster_sync();
@@ -749,52 +772,69 @@ __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kTh
     // 128 x 40 + 256 x 232 registers fit the SM's 64K with one block.
     ptx::setmaxnreg_dec<40>();
     // Producer: one thread walks the k-tiles of every work tile, refilling
-    // a slot as soon as every consumer warp of the cluster released it.
-    if (threadIdx.x == 0) {
-      int it = 0;  // pipeline slot counter, continuous across work tiles
+    // a slot as soon as every consumer warp of the cluster released it;
+    // with kOwnStagesB a thread of another warp does the same for B's ring.
+    // walk(load) calls load(it, tile, kt) for every k-tile in order, `it`
+    // counting the k-tiles across work tiles as the consumers do.
+    auto walk = [&](auto&& load) {
+      int it = 0;
       const int64_t cluster = blockIdx.x / Cfg::kClusterM, clusters = gridDim.x / Cfg::kClusterM;
       const int64_t items = cluster_items<Cfg>(p, cluster, clusters);
       for (int64_t item = 0; item < items; ++item) {
         const WorkTile tile = cluster_work<Cfg>(p, cluster, clusters, item, rank);
-        const int batch_a = int(tile.batch * p.batch_step_a);
-        const int batch_b = int(tile.batch * p.batch_step_b);
-        for (int kt = tile.k_begin; kt < tile.k_end; ++kt, ++it) {
-          const int s = it % Cfg::kStages;
-          // The first pass over the slots waits on the phase "before" a
-          // fresh barrier, which counts as completed.
-          ptx::mbarrier_wait(&empty[s], ((it / Cfg::kStages) & 1) ^ 1);
-          // Our A tile, plus all kClusterM slices of B (ours and the peers').
-          ptx::mbarrier_arrive_expect_tx(&full[s], p.stage_tx_bytes);
-          if constexpr (Cfg::kSwapAB && !Cfg::kSwapKMajor) {
-            // B^T from the row-major B: boxes of 32 k-rows x 32 columns.
-            for (int box = 0; box < Cfg::BM / 32; ++box)
-              ptx::tma_load_3d(tile_a(s) + box * 32 * Cfg::BK * 4, &map_a, &full[s],
-                               int(tile.m0 + 32 * box), kt * Cfg::BK, batch_a);
-          } else {
-            ptx::tma_load_3d(tile_a(s), &map_a, &full[s], kt * Cfg::BK, int(tile.m0), batch_a);
-          }
-          if constexpr (Cfg::kSplit3) {
-            // A's three parts, each in its own segment of packed_ld(K) columns.
-            const int segment = int(packed_ld(p.K));
-            for (int q = 0; q < Cfg::kPartsB; ++q)
-              ptx::tma_load_3d(tile_b(s) + q * Cfg::kPartBytesB, &map_b, &full[s],
-                               q * segment + kt * Cfg::BK, int(tile.n0), batch_b);
-          } else if constexpr (Cfg::kClusterM == 1) {
-            ptx::tma_load_3d(tile_b(s), &map_b, &full[s], kt * Cfg::BK, int(tile.n0), batch_b);
-          } else {
-            ptx::tma_load_3d_multicast(tile_b(s) + rank * kSliceRows * Cfg::BK * 4, &map_b,
-                                       &full[s], kAllCtas, kt * Cfg::BK,
-                                       int(tile.n0 + rank * kSliceRows), batch_b);
-          }
-        }
+        for (int kt = tile.k_begin; kt < tile.k_end; ++kt, ++it) load(it, tile, kt);
       }
+    };
+    // B's tile of k-tile kt into `dst`, counted on `bar`.
+    auto load_b = [&](uint8_t* dst, uint64_t* bar, const WorkTile& tile, int kt) {
+      const int batch_b = int(tile.batch * p.batch_step_b);
+      if constexpr (Cfg::kSplit3) {
+        // A's three parts, each in its own segment of packed_ld(K) columns.
+        const int segment = int(packed_ld(p.K));
+        for (int q = 0; q < Cfg::kPartsB; ++q)
+          ptx::tma_load_3d(dst + q * Cfg::kPartBytesB, &map_b, bar, q * segment + kt * Cfg::BK,
+                           int(tile.n0), batch_b);
+      } else if constexpr (Cfg::kClusterM == 1) {
+        ptx::tma_load_3d(dst, &map_b, bar, kt * Cfg::BK, int(tile.n0), batch_b);
+      } else {
+        ptx::tma_load_3d_multicast(dst + rank * kSliceRows * Cfg::BK * 4, &map_b, bar, kAllCtas,
+                                   kt * Cfg::BK, int(tile.n0 + rank * kSliceRows), batch_b);
+      }
+    };
+    // The first pass over a ring's slots waits on the phase "before" a
+    // fresh barrier, which counts as completed.
+    if (threadIdx.x == 0) {
+      walk([&](int it, const WorkTile& tile, int kt) {
+        const int s = it % Cfg::kStages;
+        ptx::mbarrier_wait(&empty[s], ((it / Cfg::kStages) & 1) ^ 1);
+        // Our A tile, plus (unless kOwnStagesB) all kClusterM slices of B,
+        // ours and the peers'.
+        ptx::mbarrier_arrive_expect_tx(&full[s], p.stage_tx_bytes);
+        const int batch_a = int(tile.batch * p.batch_step_a);
+        if constexpr (Cfg::kSwapAB && !Cfg::kSwapKMajor) {
+          // B^T from the row-major B: boxes of 32 k-rows x 32 columns.
+          for (int box = 0; box < Cfg::BM / 32; ++box)
+            ptx::tma_load_3d(tile_a(s) + box * 32 * Cfg::BK * 4, &map_a, &full[s],
+                             int(tile.m0 + 32 * box), kt * Cfg::BK, batch_a);
+        } else {
+          ptx::tma_load_3d(tile_a(s), &map_a, &full[s], kt * Cfg::BK, int(tile.m0), batch_a);
+        }
+        if constexpr (!Cfg::kOwnStagesB) load_b(tile_b(s), &full[s], tile, kt);
+      });
+    } else if (Cfg::kOwnStagesB && threadIdx.x == 32) {
+      walk([&](int it, const WorkTile& tile, int kt) {
+        const int sb = it % Cfg::kStagesB;
+        ptx::mbarrier_wait(&empty_b[sb], ((it / Cfg::kStagesB) & 1) ^ 1);
+        ptx::mbarrier_arrive_expect_tx(&full_b[sb], p.stage_tx_bytes_b);
+        load_b(tile_b(sb), &full_b[sb], tile, kt);
+      });
     }
   } else {
     ptx::setmaxnreg_inc<232>();
     const int c = warpgroup - 1;
     __shared__ uint32_t stream_k_last[Cfg::kConsumers];
     consume<Cfg>(p, &map_c, tile_a, tile_b, epilogue_smem + c * 2 * Cfg::kEpilogueBufferBytes,
-                 full, empty, rank, c, lane, &stream_k_last[c]);
+                 full, empty, full_b, empty_b, rank, c, lane, &stream_k_last[c]);
   }
   // No block may exit while a peer can still multicast into its shared
   // memory or arrive on its barriers.
@@ -922,10 +962,10 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
   const int box_rows_b = Cfg::kClusterM == 1 ? rows_loaded(Cfg::BN, wgmma_detail::kernel_n<Cfg>(p))
                                              : Cfg::BN / Cfg::kClusterM;
   // Each block receives its A tile and every block's slice of B (kSplit3:
-  // its three parts).
+  // its three parts), in one slot or (kOwnStagesB) one of each ring.
   const bool a_boxes = Cfg::kSwapAB && !Cfg::kSwapKMajor;  // B^T in 32 x 32 boxes, all loaded
-  const int stage_tx_bytes = (a_boxes ? Cfg::kStageBytesA : box_rows_a * Cfg::BK * 4) +
-                             box_rows_b * Cfg::kClusterM * Cfg::BK * 4 * Cfg::kPartsB;
+  const int tx_bytes_a = a_boxes ? Cfg::kStageBytesA : box_rows_a * Cfg::BK * 4;
+  const int tx_bytes_b = box_rows_b * Cfg::kClusterM * Cfg::BK * 4 * Cfg::kPartsB;
   // kSplit3 splits B^T itself, so TMA must not round it; A comes packed
   // (PackSplit::kPartsAligned), lda = its 3 segments.
   const CUtensorMapDataType type_a = Cfg::kSplit3 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : kTF32;
@@ -950,7 +990,8 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
   wgmma_detail::WgmmaParams params{wgmma_detail::kernel_m<Cfg>(p), wgmma_detail::kernel_n<Cfg>(p), p.K,
                      p.batch, p.C, p.ldc, p.batch_stride_c, p.epilogue,
                      Cfg::kSwapAB ? b_batched : a_batched, Cfg::kSwapAB ? a_batched : b_batched,
-                     false, splits, k_tiles_per_split, stage_tx_bytes,
+                     false, splits, k_tiles_per_split,
+                     Cfg::kOwnStagesB ? tx_bytes_a : tx_bytes_a + tx_bytes_b, tx_bytes_b,
                      0, 0, nullptr, nullptr};
   // C (or the partials) as stored: always C's own M x N, row-major.
   const int64_t ldp = splitk_partials_ld(p.N);
@@ -989,12 +1030,14 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
       if (err != cudaSuccess) return err;
     }
   }
-  wgmma_detail::wgmma_gemm_kernel<Cfg>
-      <<<unsigned(clusters * Cfg::kClusterM), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(
-          map_a, map_b, map_c, params);
-  err = cudaGetLastError();
+  // Programmatic dependent launch (sm_90, as this kernel): the launch and
+  // prologue overlap the previous kernel's tail, the reduction's ours.
+  err = launch_kernel(wgmma_detail::wgmma_gemm_kernel<Cfg>, dim3(unsigned(clusters * Cfg::kClusterM)),
+                      dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, true, map_a, map_b, map_c,
+                      params);
   if (err != cudaSuccess || splits == 1) return err;
-  return launch_splitk_reduce(partials, splits, p.M, p.N, ldp, p.C, p.ldc, p.epilogue, stream);
+  return launch_splitk_reduce(partials, splits, p.M, p.N, ldp, p.C, p.ldc, p.epilogue, stream,
+                              true);
 }
 
 // Explicit instantiation of the launcher for one configuration; each
