@@ -5,7 +5,9 @@
 #include "gemv.h"
 
 #include "epilogue.cuh"
+#include "launch_util.h"
 #include "load_chunk.cuh"
+#include "ptx.cuh"
 #include "tile_raster.cuh"
 
 namespace pygpukit {
@@ -25,6 +27,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) gemv_kernel(const GemmProblem p
   constexpr int kC = Cfg::kChunks;
   // Each slice's sum for each row of the CTA.
   __shared__ float partial[Cfg::kRowsPerCta][Cfg::kSlices];
+  ptx::programmatic_launch_start();  // launch_util.h, launch_kernel
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int row = warp / Cfg::kSlices, slice = warp % Cfg::kSlices;
   const int64_t n = int64_t(blockIdx.x) * Cfg::kRowsPerCta + row;
@@ -95,8 +98,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) gemv_kernel(const GemmProblem p
 
 template <class Cfg>
 cudaError_t launch(const GemmProblem& p, cudaStream_t stream) {
-  gemv_kernel<Cfg><<<unsigned(Cfg::ctas(p.N)), Cfg::kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_kernel<gemv_kernel<Cfg>>(dim3(unsigned(Cfg::ctas(p.N))), dim3(Cfg::kThreads), 0,
+                                         stream, p);
 }
 
 }  // namespace

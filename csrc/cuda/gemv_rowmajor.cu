@@ -135,10 +135,7 @@ __global__ void __launch_bounds__(GemvRowMajorConfig<kRows>::kThreads,
   const int64_t k_end = k_begin + rows_per_split < p.K ? k_begin + rows_per_split : p.K;
   const int64_t first = k_begin + warp * Cfg::kRowsInFlight;
   const float* const b = p.B + n0 + 4 * lane;
-  // Launched programmatically, the kernel before may still run: wait for it
-  // before reading x or W; let the reduction launch (it waits for us).
-  ptx::grid_dependency_wait();
-  ptx::allow_dependent_launch();
+  ptx::programmatic_launch_start();  // before reading x or W (launch_util.h, launch_kernel)
 
   // Lanes past N keep zeros and load nothing.
   Accumulators<kRows> acc;
@@ -181,16 +178,10 @@ cudaError_t launch_rows(const GemmProblem& p, int splits, float* partials, cudaS
   splits = int(ceil_div(p.K, rows));  // no empty split
   const int64_t ldp = splitk_partials_ld(p.N);
   const dim3 grid(unsigned(Cfg::col_blocks(p.N)), unsigned(splits));
-  // Programmatic dependent launch needs compute capability 9.0.
-  int device = 0, major = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  const bool programmatic = major >= 9;
-  cudaError_t err = launch_kernel(gemv_rowmajor_kernel<kRows>, grid, dim3(Cfg::kThreads), 0, stream,
-                                  programmatic, p, rows, partials, ldp);
+  cudaError_t err = launch_kernel<gemv_rowmajor_kernel<kRows>>(grid, dim3(Cfg::kThreads), 0, stream,
+                                                                p, rows, partials, ldp);
   if (err != cudaSuccess || splits == 1) return err;
-  return launch_splitk_reduce(partials, splits, p.M, p.N, ldp, p.C, p.ldc, p.epilogue, stream,
-                              programmatic);
+  return launch_splitk_reduce(partials, splits, p.M, p.N, ldp, p.C, p.ldc, p.epilogue, stream);
 }
 
 }  // namespace

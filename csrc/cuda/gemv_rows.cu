@@ -7,7 +7,9 @@
 #include "gemv_rows.h"
 
 #include "epilogue.cuh"
+#include "launch_util.h"
 #include "load_chunk.cuh"
+#include "ptx.cuh"
 #include "tile_raster.cuh"
 
 namespace pygpukit {
@@ -79,6 +81,7 @@ __global__ void __launch_bounds__(GemvRowsConfig<kRows>::kThreads,
   constexpr int kR = Cfg::kWeightRows;
   // Each warp's sums for its outputs (with more than one slice).
   __shared__ float partial[Cfg::kWarps][kRows][kR];
+  ptx::programmatic_launch_start();  // launch_util.h, launch_kernel
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int groups = Cfg::kWarps / slices;
   const int group = warp / slices, slice = warp % slices;
@@ -139,8 +142,8 @@ __global__ void __launch_bounds__(GemvRowsConfig<kRows>::kThreads,
 template <int kRows>
 cudaError_t launch_rows(const GemmProblem& p, int slices, cudaStream_t stream) {
   using Cfg = GemvRowsConfig<kRows>;
-  gemv_rows_kernel<kRows><<<unsigned(Cfg::ctas(p.N, slices)), Cfg::kThreads, 0, stream>>>(p, slices);
-  return cudaGetLastError();
+  return launch_kernel<gemv_rows_kernel<kRows>>(dim3(unsigned(Cfg::ctas(p.N, slices))),
+                                                dim3(Cfg::kThreads), 0, stream, p, slices);
 }
 
 }  // namespace

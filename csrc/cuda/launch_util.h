@@ -28,13 +28,48 @@ cudaError_t launch_row_blocks(const GemmProblem& p, int64_t rows, Launch&& launc
   return cudaSuccess;
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...), with programmatic
-// dependent launch when `programmatic` (ptx::grid_dependency_wait: the
-// kernel may start before the previous one in the stream ends, and must
-// wait for it before touching memory). Compute capability 9.0 and newer.
-template <class... Params, class... Args>
-cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                          cudaStream_t stream, bool programmatic, Args&&... args) {
+// Whether `kernel` may be launched programmatically on the current device:
+// the code that runs there was compiled from PTX for sm_90 or newer, so it
+// holds the griddepcontrol.wait of ptx::programmatic_launch_start. Code for
+// older targets lacks it (an sm_8x binary, or compute_80 PTX compiled at
+// load time on a newer GPU) and is launched plainly. Before CUDA 12.3 stream
+// capture had no programmatic edges, so such builds launch everything
+// plainly. `cache` is the kernel's own word: bit 2d set once device d is
+// checked, bit 2d + 1 if the kernel may be launched programmatically there.
+inline bool programmatic_launch_ok(const void* kernel, std::atomic<uint64_t>& cache) {
+#if CUDART_VERSION >= 12030
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device >= 32) {
+    cudaGetLastError();  // the launch itself reports a bad device
+    return false;
+  }
+  const uint64_t checked = uint64_t{1} << (2 * device), allowed = checked << 1;
+  const uint64_t bits = cache.load(std::memory_order_acquire);
+  if (bits & checked) return (bits & allowed) != 0;
+  cudaFuncAttributes attributes;
+  const bool ok = cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess &&
+                  attributes.ptxVersion >= 90;
+  if (!ok) cudaGetLastError();
+  cache.fetch_or(checked | (ok ? allowed : 0), std::memory_order_acq_rel);
+  return ok;
+#else
+  (void)kernel;
+  (void)cache;
+  return false;
+#endif
+}
+
+// kKernel<<<grid, block, smem, stream>>>(args...), as a programmatic
+// dependent launch where programmatic_launch_ok allows: the kernel may then
+// start while the previous one in the stream still runs, so it must call
+// ptx::programmatic_launch_start before it touches global memory (every
+// kernel launched through here does), which also lets the next one start
+// early in turn. The launch overlaps the previous kernel's tail instead of
+// following its end.
+template <auto kKernel, class... Args>
+cudaError_t launch_kernel(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                          Args&&... args) {
+  static std::atomic<uint64_t> pdl_cache{0};  // one per kernel
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
@@ -44,8 +79,9 @@ cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attribute;
-  config.numAttrs = programmatic ? 1 : 0;
-  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  config.numAttrs =
+      programmatic_launch_ok(reinterpret_cast<const void*>(kKernel), pdl_cache) ? 1 : 0;
+  const cudaError_t err = cudaLaunchKernelEx(&config, kKernel, std::forward<Args>(args)...);
   if (err != cudaSuccess) cudaGetLastError();  // reported here: not again at torch's next check
   return err;
 }

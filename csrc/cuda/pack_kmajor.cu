@@ -3,6 +3,8 @@
 // (in each of the three segments for a 3xTF32 split).
 #include "pack_kmajor.h"
 
+#include "launch_util.h"
+#include "ptx.cuh"
 #include "tf32_split.cuh"
 
 namespace pygpukit {
@@ -82,6 +84,7 @@ __global__ void pack_kmajor_kernel(const float* __restrict__ src, bool k_major, 
                                    int64_t batch_stride, int64_t rows, int64_t K, int64_t batch,
                                    PackSplit split, float* __restrict__ dst) {
   __shared__ float tile[kTile][kTile + 1];  // +1: conflict-free column access
+  ptx::programmatic_launch_start();  // launch_util.h, launch_kernel
   const int64_t k0 = int64_t(blockIdx.x) * kTile;
   const int64_t ldp = packed_ld(packed_cols(K, split));
   // gridDim.y and gridDim.z are capped at 65535: larger counts loop.
@@ -101,10 +104,8 @@ cudaError_t launch_pack_kmajor(const float* src, bool k_major, int64_t ld, int64
   const int64_t row_tiles = (rows + kTile - 1) / kTile;
   const dim3 grid(unsigned((K + kTile - 1) / kTile), unsigned(row_tiles < 65535 ? row_tiles : 65535),
                   unsigned(batch < 65535 ? batch : 65535));
-  pack_kmajor_kernel<<<grid, dim3(32, kRowsPerPass), 0, stream>>>(src, k_major, ld,
-                                                                      batch_stride, rows, K,
-                                                                      batch, split, dst);
-  return cudaGetLastError();
+  return launch_kernel<pack_kmajor_kernel>(grid, dim3(32, kRowsPerPass), 0, stream, src, k_major,
+                                           ld, batch_stride, rows, K, batch, split, dst);
 }
 
 }  // namespace pygpukit

@@ -10,8 +10,9 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// Programmatic dependent launch (griddepcontrol, 9.7.13.x; sm_90 and newer,
-// no-ops before). A kernel launched with
+// Programmatic dependent launch (griddepcontrol, 9.7.13.x; sm_90 and newer:
+// compiled to nothing for older targets, whose code launch_util.h's
+// programmatic_launch_ok never launches programmatically). A kernel launched with
 // cudaLaunchAttributeProgrammaticStreamSerialization may start while the
 // kernel before it in the stream is still running: grid_dependency_wait
 // blocks until that kernel has completed and its memory operations are
@@ -29,6 +30,13 @@ __device__ __forceinline__ void allow_dependent_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
+}
+// Where every kernel that launch_kernel (launch_util.h) starts first
+// touches global memory: wait for the previous kernel in the stream, then
+// let the next one launch (it waits for this one in turn).
+__device__ __forceinline__ void programmatic_launch_start() {
+  grid_dependency_wait();
+  allow_dependent_launch();
 }
 
 // 16-byte global->shared copy that bypasses L1 (cp.async.cg, PTX ISA 9.7.9.25).

@@ -209,6 +209,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) skinny_gemm_kernel(const Gem
   // The B rings, Cfg::kStagesB slots per warp.
   extern __shared__ uint4 rings[];
 
+  ptx::programmatic_launch_start();  // launch_util.h, launch_kernel
   const int lane = threadIdx.x % 32, slice = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;  // fragment row group / thread in group
   const int64_t n0 = int64_t(blockIdx.x) * Cfg::kBlockN;
@@ -318,8 +319,9 @@ cudaError_t launch(const GemmProblem& p, cudaStream_t stream) {
   cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kRingBytes,
                                        smem_configured);
   if (err != cudaSuccess) return err;
-  kernel<<<unsigned(Cfg::ctas(p.N)), Cfg::kThreads, Cfg::kRingBytes, stream>>>(p);
-  return cudaGetLastError();
+  return launch_kernel<skinny_gemm_kernel<Cfg, kSplit3>>(dim3(unsigned(Cfg::ctas(p.N))),
+                                                         dim3(Cfg::kThreads), Cfg::kRingBytes,
+                                                         stream, p);
 }
 
 }  // namespace

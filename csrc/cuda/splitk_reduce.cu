@@ -18,8 +18,7 @@ __global__ void splitk_reduce_kernel(const float* __restrict__ partials, int spl
                                      int64_t N, int64_t ldp, float* __restrict__ C, int64_t ldc,
                                      Epilogue epilogue, bool vector_store) {
   const int64_t n = (int64_t(blockIdx.x) * kThreads + threadIdx.x) * 4;
-  ptx::grid_dependency_wait();  // the GEMM's partials (programmatic launch)
-  ptx::allow_dependent_launch();
+  ptx::programmatic_launch_start();  // the GEMM's partials (launch_util.h, launch_kernel)
   if (n >= N) return;
   for (int64_t m = blockIdx.y; m < M; m += gridDim.y) {
     const float* p = partials + m * ldp + n;
@@ -48,12 +47,13 @@ __global__ void splitk_reduce_kernel(const float* __restrict__ partials, int spl
 
 cudaError_t launch_splitk_reduce(const float* partials, int splits, int64_t M, int64_t N,
                                  int64_t ldp, float* C, int64_t ldc, const Epilogue& epilogue,
-                                 cudaStream_t stream, bool programmatic) {
+                                 cudaStream_t stream) {
   const bool vector_store = reinterpret_cast<uintptr_t>(C) % 16 == 0 && ldc % 4 == 0 && N % 4 == 0;
   const dim3 grid(unsigned((N + 4 * kThreads - 1) / (4 * kThreads)),
                   unsigned(M < 65535 ? M : 65535));
-  return launch_kernel(splitk_reduce_kernel, grid, dim3(kThreads), 0, stream, programmatic,
-                       partials, splits, M, N, ldp, C, ldc, epilogue, vector_store);
+  // Its launch overlaps the GEMM's tail; it waits for the partials.
+  return launch_kernel<splitk_reduce_kernel>(grid, dim3(kThreads), 0, stream, partials, splits, M,
+                                             N, ldp, C, ldc, epilogue, vector_store);
 }
 
 }  // namespace pygpukit

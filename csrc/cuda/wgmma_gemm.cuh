@@ -757,10 +757,8 @@ __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kTh
     ptx::fence_barrier_init();
   }
   // Launched programmatically, the kernel before this one may still run:
-  // wait for it before any operand is read or C written, then let the next
-  // (the split-K reduction) start and wait on this grid in turn.
-  ptx::grid_dependency_wait();
-  ptx::allow_dependent_launch();
+  // only shared memory is touched before this point.
+  ptx::programmatic_launch_start();
   // Peers multicast into our shared memory and arrive on our barriers: they
   // must all be initialized first.
   ptx::cluster_sync();
@@ -1030,14 +1028,13 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
       if (err != cudaSuccess) return err;
     }
   }
-  // Programmatic dependent launch (sm_90, as this kernel): the launch and
-  // prologue overlap the previous kernel's tail, the reduction's ours.
-  err = launch_kernel(wgmma_detail::wgmma_gemm_kernel<Cfg>, dim3(unsigned(clusters * Cfg::kClusterM)),
-                      dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, true, map_a, map_b, map_c,
-                      params);
+  // Programmatic dependent launch: the launch and prologue overlap the
+  // previous kernel's tail, and the reduction's launch overlaps ours.
+  err = launch_kernel<wgmma_detail::wgmma_gemm_kernel<Cfg>>(
+      dim3(unsigned(clusters * Cfg::kClusterM)), dim3(Cfg::kThreads), Cfg::kSmemBytes, stream,
+      map_a, map_b, map_c, params);
   if (err != cudaSuccess || splits == 1) return err;
-  return launch_splitk_reduce(partials, splits, p.M, p.N, ldp, p.C, p.ldc, p.epilogue, stream,
-                              true);
+  return launch_splitk_reduce(partials, splits, p.M, p.N, ldp, p.C, p.ldc, p.epilogue, stream);
 }
 
 // Explicit instantiation of the launcher for one configuration; each
