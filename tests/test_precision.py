@@ -398,37 +398,49 @@ def test_long_bad_precision_variable_is_cut_short_in_the_error(monkeypatch):
     assert "got '" + "x" * 64 + "...'" in str(error.value) and len(str(error.value)) < 400, str(error.value)
 
 
+ENV_PROBE = ("import torch, pygpukit_torch\n"
+             "x = torch.eye(8) * (1 + 2**-11 + 2**-12)\n"
+             "print(float(pygpukit_torch.matmul_tf32(x, torch.eye(8))[0, 0]) - 1)\n")
+
+
+def run_probe_in_processes(envs):
+    """ENV_PROBE in a fresh interpreter per environment, all started at once
+    (each spends seconds importing torch); (returncode, stdout, stderr) each."""
+    procs = [subprocess.Popen([sys.executable, "-c", ENV_PROBE], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE) for env in envs]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        results.append((proc.returncode, out.decode(), err.decode(errors="replace")))
+    return results
+
+
 def test_allow_tf32_environment_variable_values():
-    code = ("import torch, pygpukit_torch\n"
-            "x = torch.eye(8) * (1 + 2**-11 + 2**-12)\n"
-            "print(float(pygpukit_torch.matmul_tf32(x, torch.eye(8))[0, 0]) - 1)\n")
-    for value, expected in (("0", 2 ** -11 + 2 ** -12), ("OFF", 2 ** -11 + 2 ** -12), ("no", 2 ** -11 + 2 ** -12),
-                            ("False", 2 ** -11 + 2 ** -12), ("1", 2 ** -10), ("", 2 ** -10)):
+    cases = (("0", 2 ** -11 + 2 ** -12), ("OFF", 2 ** -11 + 2 ** -12), ("no", 2 ** -11 + 2 ** -12),
+             ("False", 2 ** -11 + 2 ** -12), ("1", 2 ** -10), ("", 2 ** -10))
+    envs = []
+    for value, _ in cases:
         env = dict(os.environ, PYGPUKIT_ALLOW_TF32=value)
         env.pop("PYGPUKIT_PRECISION", None)
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-        assert float(out.stdout) == expected, (value, out.stderr)
+        envs.append(env)
+    for (value, expected), (_, out, err) in zip(cases, run_probe_in_processes(envs)):
+        assert float(out) == expected, (value, err)
 
 
 def test_precision_environment_variable():
-    code = ("import torch, pygpukit_torch\n"
-            "x = torch.eye(8) * (1 + 2**-11 + 2**-12)\n"
-            "print(float(pygpukit_torch.matmul_tf32(x, torch.eye(8))[0, 0]) - 1)\n")
-
-    def run_with(value):
-        env = dict(os.environ, PYGPUKIT_PRECISION=value)
-        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-
-    assert float(run_with("tf32").stdout) == 2 ** -10
-    assert float(run_with("tf32x3").stdout) == 2 ** -11 + 2 ** -12
-    assert float(run_with("ieee").stdout) == 2 ** -11 + 2 ** -12
-    bad = run_with("fp16")
-    assert bad.returncode != 0 and "PYGPUKIT_PRECISION must be 'tf32', 'tf32x3' or 'ieee', got 'fp16'" in bad.stderr
+    envs = [dict(os.environ, PYGPUKIT_PRECISION=value) for value in ("tf32", "tf32x3", "ieee", "fp16")]
     # Bytes that are not UTF-8 are named, escaped (not a UnicodeDecodeError).
     if sys.platform == "linux":
-        env = {**os.environb, b"PYGPUKIT_PRECISION": b"tf\xff32"}
-        bad = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-        assert "ValueError" in bad.stderr and "got 'tf\\xff32'" in bad.stderr, bad.stderr
+        envs.append({**os.environb, b"PYGPUKIT_PRECISION": b"tf\xff32"})
+    results = run_probe_in_processes(envs)
+    assert float(results[0][1]) == 2 ** -10
+    assert float(results[1][1]) == 2 ** -11 + 2 ** -12
+    assert float(results[2][1]) == 2 ** -11 + 2 ** -12
+    code, _, err = results[3]
+    assert code != 0 and "PYGPUKIT_PRECISION must be 'tf32', 'tf32x3' or 'ieee', got 'fp16'" in err
+    if sys.platform == "linux":
+        _, _, err = results[4]
+        assert "ValueError" in err and "got 'tf\\xff32'" in err, err
 
 
 @pytest.mark.parametrize("device", DEVICES + ["meta"])

@@ -54,8 +54,8 @@ namespace pygpukit {
 // kStagesB_ > 0 (unclustered only): B has its own ring of kStagesB_ slots,
 // fed by a second producer thread, instead of sharing A's kStages. At
 // decode-sized M the weight streams from DRAM while the few rows of
-// activations come from L2: the TF32 tiles at M = 128 wait on their full
-// barriers at 53% of DRAM's rate (H200, ncu), so the weight's operand gets
+// activations come from L2 (H200, ncu, M = 128, x @ W to N = 14336 unsplit:
+// 68% of DRAM's rate with the shared ring), so the weight's operand gets
 // the deeper ring and the activations' the shallower one.
 template <int BM_, int BN_, int kStages_, int kClusterM_, int kPromoteKTiles_ = 0,
           bool kSwapAB_ = false, bool kSplit3_ = false, bool kSwapKMajor_ = false,
@@ -173,8 +173,8 @@ using WgmmaNarrowSwapAB = WgmmaConfig<128, 64, 8, 1, 0, true>;
 // activations in 4 of their own, 128 KB of W in flight instead of 96. Each
 // block then streams all of K from DRAM; split-K's short ranges keep the
 // shared ring (this ring on every tile lost ~1 us on split 4096^2). H200,
-// bench_decode, x @ W, M = 128, 4096 -> 14336: 82.7 -> 75.3 us (session 15).
-// 225 KB.
+// bench_decode, x @ W, M = 128, 4096 -> 14336: 82.7 -> 75.3 us in one A/B
+// run, a few us over repeated runs (session 15). 225 KB.
 using WgmmaMediumSwapABRing = WgmmaConfig<128, 128, 8, 1, 0, true, false, false, 4>;
 // 3xTF32 (precision "tf32x3"): 128x128x32 with accumulators promoted every
 // 4 k-tiles (128 of K), 6 stages of 32 KB; clusters of 2 along M for M > 128.
