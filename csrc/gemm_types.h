@@ -24,7 +24,8 @@ enum class Activation : int { kNone = 0, kRelu, kGelu, kGeluTanh, kSilu };
 //            tensor cores, accumulated in FP32 (the small*small term,
 //            ~2^-22 relative, is dropped). The tensor cores' accumulation is
 //            not RN, so the kernels add partial sums into FP32 registers
-//            (every 128 of K; skinny every 32): on the H200 3.6e-7 at 4096^3,
+//            (every 128 of K on the large tiles; every 32 on the skinny
+//            kernel and the decode weight-split tiles): on the H200 3.6e-7 at 4096^3,
 //            below cuBLAS FP32's 1.15e-6 (one unpromoted chain gave 9.6e-6).
 enum class Precision : int { kTF32 = 0, kIEEE = 1, kTF32x3 = 2 };
 

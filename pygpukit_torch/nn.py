@@ -35,6 +35,8 @@ def _check_options(activation: Optional[str], precision: Optional[str], caller: 
     if activation not in ACTIVATIONS:
         raise ValueError(f"{caller}: unknown activation {activation!r}; expected one of "
                          + ", ".join(repr(a) for a in ACTIVATIONS))
+    if precision is not None and not isinstance(precision, str):
+        raise TypeError(f"{caller}: precision must be a string or None, got {type(precision).__name__}")
     if precision is not None and precision not in PRECISIONS:
         raise ValueError(f"{caller}: precision must be 'tf32', 'tf32x3', 'ieee' or None, got {precision!r}")
     return activation
@@ -63,6 +65,7 @@ class TF32Linear(nn.Linear):
     Raises:
         ValueError: an unknown activation or precision, or a dtype other than
             float32 (at construction).
+        TypeError: an activation or precision that is not a string (or None).
         RuntimeError: from forward, an input that is not float32 or whose last
             dimension is not ``in_features``.
     """
@@ -294,6 +297,11 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
         Linear. A :class:`SwapReport` is logged (INFO, summary) and stored as
         ``pygpukit_swap_report`` on the returned module. A Linear reachable
         under several names is replaced by one shared TF32Linear.
+
+    Raises:
+        ValueError: an unknown precision.
+        TypeError: a precision that is not a string, or a policy that returns
+            something other than None or a non-empty string.
     """
     _check_options("none", precision, caller="swap_linear_")
     report = SwapReport()

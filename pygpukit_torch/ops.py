@@ -224,9 +224,10 @@ def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
     """``act(x @ weight.T + bias)``, :func:`torch.nn.functional.linear` plus an
     activation, fused on TF32 tensor cores.
 
-    On CUDA, bias and activation are applied to the accumulators in registers
-    before the output's only store (no extra pass over memory), and the
-    weight is read in place in nn.Linear's layout, never transposed by a copy.
+    On CUDA, bias and activation are applied in the kernel's epilogue, before
+    the output's only store (no pass of their own over the output; where K
+    is split, by the pass that adds the partial sums), and the weight is read
+    in place in nn.Linear's layout, never transposed by a copy.
 
     Args:
         x: float32 ``[..., in_features]`` (at least 1-D). Its leading

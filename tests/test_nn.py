@@ -233,6 +233,9 @@ def test_tf32linear_module():
         TF32Linear(6, 5, activation=torch.nn.GELU())
     with pytest.raises(ValueError, match="precision must be"):
         TF32Linear(6, 5, precision="fp16")
+    # Not a string: TypeError, as linear_tf32 raises for the same argument.
+    with pytest.raises(TypeError, match="TF32Linear: precision must be a string or None, got int"):
+        TF32Linear(6, 5, precision=3)
     # None: no activation, as for linear_tf32.
     assert TF32Linear(6, 5, activation=None).activation == "none"
     assert TF32Linear.from_linear(nn.Linear(6, 5), activation=None).activation == "none"
@@ -448,6 +451,8 @@ def test_tf32linear_rejects_other_dtypes_and_swap_names_itself_in_errors():
         TF32Linear(5, 3, dtype=torch.float64)
     with pytest.raises(ValueError, match="^swap_linear_: precision must be"):
         swap_linear_(nn.Sequential(nn.Linear(4, 4)), precision="bad")
+    with pytest.raises(TypeError, match="^swap_linear_: precision must be a string or None, got bool"):
+        swap_linear_(nn.Sequential(nn.Linear(4, 4)), precision=True)
 
 
 def test_tf32linear_is_float32_under_another_default_dtype():

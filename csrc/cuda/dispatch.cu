@@ -1,5 +1,5 @@
-// The one place that decides which kernel and tile configuration runs a GEMM.
-// Later paths (Hopper wgmma, split-K, 3xTF32) are added here.
+// The one place that decides which kernel and tile configuration runs a GEMM
+// (precision, device, shape, layout, alignment), and runs it.
 #include <algorithm>
 #include <array>
 #include <cstdlib>
@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "few_rows.cuh"
 #include "fma_gemm.h"
 #include "gemm_problem.h"
 #include "gemv.h"
@@ -35,17 +36,23 @@ constexpr int kMaxDevices = 64;
 // Read once per device: cudaDeviceGetAttribute is cheap but not free, and
 // these never change for the life of the process.
 const DeviceInfo& device_info(int device) {
-  static std::array<std::once_flag, kMaxDevices> once;
-  static std::array<DeviceInfo, kMaxDevices> info;
-  std::call_once(once[device], [device] {
-    DeviceInfo& d = info[device];
+  auto read = [](DeviceInfo& d, int device) {
     cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, device);
     cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, device);
     cudaDeviceGetAttribute(&d.cc_minor, cudaDevAttrComputeCapabilityMinor, device);
     cudaDeviceGetAttribute(&d.smem_per_block_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                            device);
     cudaDeviceGetAttribute(&d.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
-  });
+  };
+  if (device < 0 || device >= kMaxDevices) {  // past the cache: read on every call
+    thread_local DeviceInfo uncached;
+    uncached = DeviceInfo{};
+    read(uncached, device);
+    return uncached;
+  }
+  static std::array<std::once_flag, kMaxDevices> once;
+  static std::array<DeviceInfo, kMaxDevices> info;
+  std::call_once(once[device], [&] { read(info[device], device); });
   return info[device];
 }
 
@@ -123,9 +130,9 @@ bool wgmma_available(const DeviceInfo& d) {
 // encoding, possible packing and reduction launches) outweigh its speed.
 constexpr int64_t kWgmmaMinMacs = int64_t{1} << 24;
 
-// The wgmma configuration for `p`: the tallest tile that M fills, and
-// split-K when the output tiles alone would leave most SMs idle (decode-sized
-// M, few large tiles), with at least 4 k-tiles (128 of K) per split.
+// `Config` for `p`, with split-K when its output tiles alone would leave most
+// SMs idle (decode-sized M, few large tiles), at least 4 k-tiles (128 of K)
+// per split.
 template <class Config>
 Choice wgmma_choice(Kernel kernel, const GemmProblem& p, const DeviceInfo& d) {
   const int64_t blocks = Config::tiles(p.M, p.N) * p.batch;
@@ -635,8 +642,8 @@ cudaError_t launch_staging(const GemmProblem& p, const Staging& s, uint8_t* ws,
 }
 
 // What the wgmma kernel `k` needs packed: nothing for the kSwapAB
-// configurations, which read the row-major B in place, except A's 3xTF32
-// parts for WgmmaSplit3SwapAB.
+// configurations, which read B in place (row-major, or K-major for the
+// kSwapKMajor ones), except A's 3xTF32 parts for the WgmmaSplit3 ones.
 Staging wgmma_staging(const GemmProblem& p, Kernel k) {
   if (is_wgmma_split3(k)) {
     Staging s;

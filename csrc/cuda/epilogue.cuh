@@ -1,7 +1,8 @@
 // The epilogue shared by every GEMM kernel: bias and activation applied to
 // an accumulator before its only store to C. The mma.sync, FMA and skinny
-// kernels apply them in registers (epilogue_value); the wgmma kernel in a
-// pass over its shared-memory staging buffer (with_activation).
+// kernels, the GEMVs and the split-K reduction apply them in registers
+// (epilogue_value); the wgmma kernel in a pass over its shared-memory
+// staging buffer (with_activation).
 #pragma once
 
 #include <cstdint>

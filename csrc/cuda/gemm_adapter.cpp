@@ -55,7 +55,7 @@ void set_operands(GemmProblem& p, const Operand& A, const Operand& B) {
 }
 
 void run_gemm_checked(const GemmProblem& p, Precision precision, const char* op) {
-  // Scratch for the Hopper path (operand staging, split-K partials), from
+  // Scratch (staged operands, split-K partials: gemm_workspace_bytes), from
   // torch's caching allocator on the current device and stream: freed back
   // to it, and reusable, once the stream's work is done.
   const size_t workspace_bytes = gemm_workspace_bytes(p, precision);

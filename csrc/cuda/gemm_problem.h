@@ -40,8 +40,10 @@ struct GemmProblem {
 };
 
 // Bytes of device scratch memory run_gemm needs for `problem` on the current
-// device (0 for most problems; the Hopper path stages operands it cannot read
-// in place). The caller allocates it, so all memory comes from its allocator.
+// device: 0 for most problems; operands the Hopper path stages (packed
+// K-major, or split into 3xTF32 parts, on any GPU), and the split-K
+// partials of the Hopper path and the row-major GEMV. The caller allocates
+// it, so all memory comes from its allocator.
 size_t gemm_workspace_bytes(const GemmProblem& problem, Precision precision);
 
 // Runs `problem` on the current device, on `stream`, with no host

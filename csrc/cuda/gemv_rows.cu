@@ -7,6 +7,7 @@
 #include "gemv_rows.h"
 
 #include "epilogue.cuh"
+#include "few_rows.cuh"
 #include "launch_util.h"
 #include "load_chunk.cuh"
 #include "ptx.cuh"

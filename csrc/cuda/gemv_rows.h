@@ -9,7 +9,6 @@
 
 #include <cstdint>
 
-#include "few_rows.cuh"
 #include "gemm_problem.h"
 
 namespace pygpukit {

@@ -1,4 +1,6 @@
-// Inline-PTX building blocks of the mma.sync TF32 path (sm_80 and newer).
+// Inline-PTX building blocks for sm_80 and newer: the mma.sync TF32 path and
+// the skinny kernel (cp.async, ldmatrix, mma.sync, TF32 rounding), and the
+// programmatic-launch prologue of every kernel launch_kernel starts.
 // PTX ISA references are to the CUDA 13.0 PTX ISA manual.
 #pragma once
 
@@ -12,31 +14,21 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 
 // Programmatic dependent launch (griddepcontrol, 9.7.13.x; sm_90 and newer:
 // compiled to nothing for older targets, whose code launch_util.h's
-// programmatic_launch_ok never launches programmatically). A kernel launched with
-// cudaLaunchAttributeProgrammaticStreamSerialization may start while the
-// kernel before it in the stream is still running: grid_dependency_wait
-// blocks until that kernel has completed and its memory operations are
-// visible (at once when there is none), so everything before it must
-// touch no memory that kernel writes or reads. allow_dependent_launch lets
-// the next such kernel start (once every block of this grid has called it
-// or exited); it still waits for all of this grid in its own
-// grid_dependency_wait.
-__device__ __forceinline__ void grid_dependency_wait() {
+// programmatic_launch_ok never launches programmatically). Where every
+// kernel that launch_kernel starts first touches global memory. Launched
+// with cudaLaunchAttributeProgrammaticStreamSerialization, a kernel may
+// start while the kernel before it in the stream still runs:
+// griddepcontrol.wait blocks until that kernel has completed and its memory
+// operations are visible (at once when there is none), so nothing before
+// this call may touch memory that kernel writes or reads. Then
+// griddepcontrol.launch_dependents lets the next such kernel start (once
+// every block of this grid has issued it or exited); that kernel waits for
+// all of this grid in turn.
+__device__ __forceinline__ void programmatic_launch_start() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void allow_dependent_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
-}
-// Where every kernel that launch_kernel (launch_util.h) starts first
-// touches global memory: wait for the previous kernel in the stream, then
-// let the next one launch (it waits for this one in turn).
-__device__ __forceinline__ void programmatic_launch_start() {
-  grid_dependency_wait();
-  allow_dependent_launch();
 }
 
 // 16-byte global->shared copy that bypasses L1 (cp.async.cg, PTX ISA 9.7.9.25).

@@ -90,8 +90,9 @@ __device__ __forceinline__ void cluster_sync() {
 // ---- TMA (9.7.9.25.5.1) -----------------------------------------------------
 
 // Copies the box at coordinates (c0, c1, c2) of the 3-D tensor map `map` to
-// shared memory at `dst`, completing `bytes` on `bar`. Out-of-bounds elements
-// are zero-filled (and still counted in the transaction bytes).
+// shared memory at `dst`, completing the box's bytes on `bar` (armed with
+// their count by mbarrier_arrive_expect_tx). Out-of-bounds elements are
+// zero-filled (and still counted in the transaction bytes).
 __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar,
                                             int32_t c0, int32_t c1, int32_t c2) {
   asm volatile(
@@ -102,8 +103,8 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, u
 }
 
 // The same copy delivered to the same shared-memory offset in every block of
-// the cluster whose rank bit is set in `cta_mask`, completing `bytes` on each
-// one's barrier at the offset of `bar`.
+// the cluster whose rank bit is set in `cta_mask`, completing the box's bytes
+// on each one's barrier at the offset of `bar`.
 __device__ __forceinline__ void tma_load_3d_multicast(void* dst, const CUtensorMap* map,
                                                       uint64_t* bar, uint16_t cta_mask,
                                                       int32_t c0, int32_t c1, int32_t c2) {
