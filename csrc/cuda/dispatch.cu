@@ -279,6 +279,14 @@ bool gemv_rowmajor_runs(const GemmProblem& p) {
          (p.M == 1 || aligned16(p.A, p.lda, 0));
 }
 
+// The fewest K-slices per output, a power of two up to `max_slices`, that
+// give `warps` warps (at one slice) at least `wanted` in all.
+int fewest_slices(int64_t warps, int64_t wanted, int max_slices) {
+  int slices = 1;
+  while (slices < max_slices && warps * slices < wanted) slices *= 2;
+  return slices;
+}
+
 // The GEMV for `p` with its K-slices per output: the fewest that give ~30
 // warps per SM (8-warp CTAs of 52-58 registers, 4 of which fit an SM). H200,
 // graph-timed at M = 1, K = 4096, 1 / 2 / 4 / 8 slices: N = 4096 18.1 /
@@ -287,9 +295,7 @@ bool gemv_rowmajor_runs(const GemmProblem& p) {
 // more slices mean shorter streams, and at N >= 4096 one warp per row wins.
 constexpr int64_t kGemvWarpsPerSm = 30;
 Choice gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
-  int slices = 1;
-  while (slices < kGemvMaxSlices && p.N * slices < kGemvWarpsPerSm * d.sm_count) slices *= 2;
-  return {Kernel::kGemv, true, slices};
+  return {Kernel::kGemv, true, fewest_slices(p.N, kGemvWarpsPerSm * d.sm_count, kGemvMaxSlices)};
 }
 
 // Whether the few-rows GEMV can run `p` (gemv_rows.h): 2 to 16 rows of A,
@@ -305,9 +311,8 @@ Choice gemv_rows_choice(const GemmProblem& p, const DeviceInfo& d) {
   using Cfg = GemvRowsConfig<kGemvRowsMaxRows>;  // every kRows: the same warps and outputs
   const int64_t warps = (p.N + Cfg::kWeightRows - 1) / Cfg::kWeightRows;
   const int64_t warps_per_sm = int64_t{Cfg::kMinCtasPerSm} * Cfg::kWarps;
-  int slices = 1;
-  while (slices < kGemvRowsMaxSlices && warps * slices < warps_per_sm * d.sm_count) slices *= 2;
-  return {Kernel::kGemvRows, true, slices};
+  return {Kernel::kGemvRows, true,
+          fewest_slices(warps, warps_per_sm * d.sm_count, kGemvRowsMaxSlices)};
 }
 
 // The row-major GEMV for `p` with its K-splits: column blocks times splits
@@ -558,6 +563,11 @@ std::string skinny_name() {
   return "skinny " + to_string(S::kMaxM) + "x" + to_string(S::kBlockN) + "x" +
          to_string(S::kBlockK) + " k-slices " + to_string(S::kSlices) + " stages " +
          to_string(S::kStagesB) + " (B in shared memory), " + to_string(S::kStages) + " (A)";
+}
+
+// "1 K-slice per output", "4 K-slices per output": the GEMVs' names.
+std::string k_slices(int slices) {
+  return std::to_string(slices) + " K-slice" + (slices > 1 ? "s" : "") + " per output";
 }
 
 const char* layout_name(Layout l) { return l == Layout::kRowMajor ? "row-major" : "column-major"; }
@@ -831,14 +841,12 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
         name += " (in blocks of " + std::to_string(SkinnyNarrow::kMaxM) + " rows, one pass over B each)";
       break;
     case Kernel::kGemv:
-      name = "gemv, FP32 FMAs, " + std::to_string(c.splits) + " K-slice" +
-             (c.splits > 1 ? "s" : "") + " per output";
+      name = "gemv, FP32 FMAs, " + k_slices(c.splits);
       break;
     case Kernel::kGemvRows:
       name = "gemv, FP32 FMAs, " + std::to_string(p.M) + " rows of A, " +
              std::to_string(GemvRowsConfig<kGemvRowsMaxRows>::kWeightRows) +
-             " weight rows per warp, " +
-             std::to_string(c.splits) + " K-slice" + (c.splits > 1 ? "s" : "") + " per output";
+             " weight rows per warp, " + k_slices(c.splits);
       break;
     case Kernel::kGemvRowMajor:
       name = "gemv, FP32 FMAs, B read row by row, " +

@@ -8,7 +8,6 @@
 #include "launch_util.h"
 #include "load_chunk.cuh"
 #include "ptx.cuh"
-#include "tile_raster.cuh"
 
 namespace pygpukit {
 namespace {
@@ -31,11 +30,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) gemv_kernel(const GemmProblem p
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int row = warp / Cfg::kSlices, slice = warp % Cfg::kSlices;
   const int64_t n = int64_t(blockIdx.x) * Cfg::kRowsPerCta + row;
-  // Slices of whole 512-byte lane rows (16-byte aligned starts), as even as
-  // that allows; the last may be shorter or empty.
-  const int64_t slice_k = ceil_div(ceil_div(p.K, Cfg::kSlices), 128) * 128;
-  const int64_t k_begin = slice * slice_k < p.K ? slice * slice_k : p.K;
-  const int64_t k_end = k_begin + slice_k < p.K ? k_begin + slice_k : p.K;
+  const KSlice ks = lane_row_k_slice(p.K, Cfg::kSlices, slice);
+  const int64_t k_begin = ks.begin, k_end = ks.end;
   // Rows past N repeat row N - 1: read, never stored.
   const float* const w = p.B + (n < p.N ? n : p.N - 1) * p.ldb + 4 * lane;
   const float* const x = p.A + 4 * lane;

@@ -11,7 +11,6 @@
 #include "launch_util.h"
 #include "load_chunk.cuh"
 #include "ptx.cuh"
-#include "tile_raster.cuh"
 
 namespace pygpukit {
 namespace {
@@ -87,11 +86,8 @@ __global__ void __launch_bounds__(GemvRowsConfig<kRows>::kThreads,
   const int groups = Cfg::kWarps / slices;
   const int group = warp / slices, slice = warp % slices;
   const int64_t n0 = (int64_t(blockIdx.x) * groups + group) * kR;
-  // Slices of whole 512-byte lane rows (16-byte aligned starts), as even as
-  // that allows; the last may be shorter or empty.
-  const int64_t slice_k = ceil_div(ceil_div(p.K, slices), 128) * 128;
-  const int64_t k_begin = slice * slice_k < p.K ? slice * slice_k : p.K;
-  const int64_t k_end = k_begin + slice_k < p.K ? k_begin + slice_k : p.K;
+  const KSlice ks = lane_row_k_slice(p.K, slices, slice);
+  const int64_t k_begin = ks.begin, k_end = ks.end;
   const float* w[kR];
 #pragma unroll
   for (int r = 0; r < kR; ++r) w[r] = p.B + (n0 + r < p.N ? n0 + r : p.N - 1) * p.ldb + 4 * lane;

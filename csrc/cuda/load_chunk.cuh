@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "tile_raster.cuh"
+
 namespace pygpukit {
 
 // The chunk of 4 floats at `p`, of which only the first `left` lie inside
@@ -18,6 +20,19 @@ __device__ __forceinline__ uint4 load_tail_chunk(const float* p, int64_t left) {
   if (left > 1) v.y = __float_as_uint(__ldg(p + 1));
   if (left > 2) v.z = __float_as_uint(__ldg(p + 2));
   return v;
+}
+
+// The K range [begin, end) of K-slice `slice` of `slices` (the K-major
+// GEMVs): whole 512-byte rows of a warp's 16-byte lane chunks, so every
+// slice starts 16-byte aligned, as even as that allows; the last slices may
+// be shorter or empty.
+struct KSlice {
+  int64_t begin, end;
+};
+__device__ __forceinline__ KSlice lane_row_k_slice(int64_t K, int slices, int slice) {
+  const int64_t length = ceil_div(ceil_div(K, slices), 128) * 128;
+  const int64_t begin = slice * length < K ? slice * length : K;
+  return {begin, begin + length < K ? begin + length : K};
 }
 
 }  // namespace pygpukit
