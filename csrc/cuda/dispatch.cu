@@ -14,6 +14,7 @@
 #include "gemv.h"
 #include "gemv_rows.h"
 #include "gemv_rowmajor.h"
+#include "int_math.h"
 #include "mma_sync_config.h"
 #include "pack_kmajor.h"
 #include "skinny_gemm.h"
@@ -136,7 +137,7 @@ constexpr int64_t kWgmmaMinMacs = int64_t{1} << 24;
 template <class Config>
 Choice wgmma_choice(Kernel kernel, const GemmProblem& p, const DeviceInfo& d) {
   const int64_t blocks = Config::tiles(p.M, p.N) * p.batch;
-  const int64_t k_tiles = (p.K + Config::BK - 1) / Config::BK;
+  const int64_t k_tiles = ceil_div(p.K, Config::BK);
   int64_t splits = 1;
   if (p.batch == 1 && 2 * blocks <= d.sm_count)
     splits = std::min<int64_t>({d.sm_count / blocks, k_tiles / 4, 32});
@@ -158,7 +159,7 @@ bool square_tiles_finish_sooner(const GemmProblem& p, const DeviceInfo& d) {
   const int64_t slots = std::max(d.sm_count / 2, 1);
   const int64_t large = WgmmaLarge::cluster_tiles(p.M, p.N) * p.batch;
   const int64_t square = WgmmaSquare::cluster_tiles(p.M, p.N) * p.batch;
-  auto waves = [slots](int64_t work) { return double((work + slots - 1) / slots); };
+  auto waves = [slots](int64_t work) { return double(ceil_div(work, slots)); };
   return large >= slots && waves(square) * kSquareTileCost < waves(large);
 }
 
@@ -309,7 +310,7 @@ bool gemv_rows_runs(const GemmProblem& p) {
 // kWeightRows outputs per warp.
 Choice gemv_rows_choice(const GemmProblem& p, const DeviceInfo& d) {
   using Cfg = GemvRowsConfig<kGemvRowsMaxRows>;  // every kRows: the same warps and outputs
-  const int64_t warps = (p.N + Cfg::kWeightRows - 1) / Cfg::kWeightRows;
+  const int64_t warps = ceil_div(p.N, Cfg::kWeightRows);
   const int64_t warps_per_sm = int64_t{Cfg::kMinCtasPerSm} * Cfg::kWarps;
   return {Kernel::kGemvRows, true,
           fewest_slices(warps, warps_per_sm * d.sm_count, kGemvRowsMaxSlices)};
@@ -329,7 +330,7 @@ Choice gemv_rowmajor_choice(const GemmProblem& p, const DeviceInfo& d) {
       1);
   // Whole CTA steps per split may leave fewer splits than wanted.
   const int64_t rows = Cfg::rows_per_split(p.K, int(wanted));
-  return {Kernel::kGemvRowMajor, true, int((p.K + rows - 1) / rows)};
+  return {Kernel::kGemvRowMajor, true, int(ceil_div(p.K, rows))};
 }
 
 // 2 to 16 rows of A on the CUDA cores (up to 64 on a row-major weight, in
@@ -589,7 +590,7 @@ struct Staging {
   size_t bytes_a = 0, bytes_b = 0;   // workspace bytes, each rounded up to 256
 };
 
-size_t workspace_round(int64_t floats) { return size_t((floats * 4 + 255) / 256 * 256); }
+size_t workspace_round(int64_t floats) { return size_t(round_up(floats * 4, 256)); }
 
 // `s` with its batch entries and workspace bytes filled in for `p`, from
 // what it packs and how.

@@ -4,6 +4,7 @@
 // instantiation covers every layout.
 #include "epilogue.cuh"
 #include "fma_gemm.h"
+#include "int_math.h"
 
 namespace pygpukit {
 namespace {
@@ -80,8 +81,8 @@ __global__ void __launch_bounds__(kThreads) fma_gemm_kernel(const GemmProblem p)
 
 cudaError_t launch_fma_gemm(const GemmProblem& p, cudaStream_t stream) {
   // M (which batch folding makes large) on x, whose limit is 2^31 - 1.
-  const dim3 grid(static_cast<unsigned>((p.M + kTile - 1) / kTile),
-                  static_cast<unsigned>((p.N + kTile - 1) / kTile),
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.M, kTile)),
+                  static_cast<unsigned>(ceil_div(p.N, kTile)),
                   static_cast<unsigned>(p.batch < 65535 ? p.batch : 65535));
   fma_gemm_kernel<<<grid, kThreads, 0, stream>>>(p);
   return cudaGetLastError();

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "gemm_problem.h"
+#include "int_math.h"
 
 namespace pygpukit {
 
@@ -32,7 +33,7 @@ struct GemvConfig {
   static_assert((kChunks & (kChunks - 1)) == 0, "the per-lane sums are added pairwise");
   static constexpr int kStepK = 32 * 4 * kChunks;  // K per step of a warp
 
-  static constexpr int64_t ctas(int64_t N) { return (N + kRowsPerCta - 1) / kRowsPerCta; }
+  static constexpr int64_t ctas(int64_t N) { return ceil_div(N, kRowsPerCta); }
 };
 
 // Requires batch == 1, M == 1, N, K >= 1, A's row contiguous along K and B

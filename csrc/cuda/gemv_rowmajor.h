@@ -11,6 +11,7 @@
 
 #include "few_rows.cuh"
 #include "gemm_problem.h"
+#include "int_math.h"
 
 namespace pygpukit {
 
@@ -46,10 +47,10 @@ struct GemvRowMajorConfig {
   // rows 2 (128 registers), which still keeps 64 KB of B in flight per SM.
   static constexpr int kMinCtasPerSm = gemv_rowmajor_ctas_per_sm(kRows);
 
-  static constexpr int64_t col_blocks(int64_t N) { return (N + kCols - 1) / kCols; }
+  static constexpr int64_t col_blocks(int64_t N) { return ceil_div(N, kCols); }
   // K-rows per split: whole CTA steps, as even as that allows.
   static constexpr int64_t rows_per_split(int64_t K, int splits) {
-    return ((K + splits - 1) / splits + kRowsPerStep - 1) / kRowsPerStep * kRowsPerStep;
+    return round_up(ceil_div(K, splits), kRowsPerStep);
   }
 };
 // What the dispatcher sizes with: every kRows has the same columns and steps.

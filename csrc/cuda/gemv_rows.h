@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "gemm_problem.h"
+#include "int_math.h"
 
 namespace pygpukit {
 
@@ -51,7 +52,7 @@ struct GemvRowsConfig {
 
   static constexpr int64_t ctas(int64_t N, int slices) {
     const int64_t outputs = int64_t{kWarps / slices} * kWeightRows;  // per CTA
-    return (N + outputs - 1) / outputs;
+    return ceil_div(N, outputs);
   }
 };
 

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "tile_raster.cuh"
+#include "int_math.h"
 
 namespace pygpukit {
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "gemm_problem.h"
+#include "int_math.h"
 
 namespace pygpukit {
 
@@ -29,7 +30,7 @@ struct MmaSyncConfig {
 
   // Threadblock tiles covering an M x N output.
   static constexpr int64_t tiles(int64_t M, int64_t N) {
-    return ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
+    return ceil_div(M, BM) * ceil_div(N, BN);
   }
 };
 

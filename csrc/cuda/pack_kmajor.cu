@@ -3,6 +3,7 @@
 // (in each of the three segments for a 3xTF32 split).
 #include "pack_kmajor.h"
 
+#include "int_math.h"
 #include "launch_util.h"
 #include "ptx.cuh"
 #include "tf32_split.cuh"
@@ -101,8 +102,8 @@ __global__ void pack_kmajor_kernel(const float* __restrict__ src, bool k_major, 
 cudaError_t launch_pack_kmajor(const float* src, bool k_major, int64_t ld, int64_t batch_stride,
                                int64_t rows, int64_t K, int64_t batch, PackSplit split,
                                float* dst, cudaStream_t stream) {
-  const int64_t row_tiles = (rows + kTile - 1) / kTile;
-  const dim3 grid(unsigned((K + kTile - 1) / kTile), unsigned(row_tiles < 65535 ? row_tiles : 65535),
+  const int64_t row_tiles = ceil_div(rows, kTile);
+  const dim3 grid(unsigned(ceil_div(K, kTile)), unsigned(row_tiles < 65535 ? row_tiles : 65535),
                   unsigned(batch < 65535 ? batch : 65535));
   return launch_kernel<pack_kmajor_kernel>(grid, dim3(32, kRowsPerPass), 0, stream, src, k_major,
                                            ld, batch_stride, rows, K, batch, split, dst);

@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include "int_math.h"
+
 namespace pygpukit {
 
 // Row stride, in floats, of a packed K-major operand: K rounded up to 32, so
@@ -13,7 +15,7 @@ namespace pygpukit {
 // whole L2 line (rounded up to 4 only, K = 4099 put every box row across two
 // lines: the H200 ran the 4095x4097x4099 GEMM on the packed operands in
 // 563 us instead of 518).
-__host__ __device__ inline int64_t packed_ld(int64_t K) { return (K + 31) / 32 * 32; }
+__host__ __device__ inline int64_t packed_ld(int64_t K) { return round_up(K, 32); }
 
 // What a packed row holds. kNone: the K values. The 3xTF32 splits: three
 // segments of K columns each, made of big = tf32(x) (round to nearest even,

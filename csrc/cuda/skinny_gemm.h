@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "gemm_problem.h"
+#include "int_math.h"
 
 namespace pygpukit {
 
@@ -39,7 +40,7 @@ struct SkinnyConfig {
   static constexpr int kRingBytes = kSlices * kStagesB * (2 * kMmaN) * 32 * 16;
   static constexpr int kSmemBytes = kRingBytes + kSlices * kMaxM * kBlockN * 4;
 
-  static constexpr int64_t ctas(int64_t N) { return (N + kBlockN - 1) / kBlockN; }
+  static constexpr int64_t ctas(int64_t N) { return ceil_div(N, kBlockN); }
 };
 
 // 16 columns per CTA, 4 stages of B (64 KB of ring). At N = 4096 that is

@@ -1,6 +1,7 @@
 #include "splitk_reduce.h"
 
 #include "epilogue.cuh"
+#include "int_math.h"
 #include "launch_util.h"
 #include "ptx.cuh"
 
@@ -49,7 +50,7 @@ cudaError_t launch_splitk_reduce(const float* partials, int splits, int64_t M, i
                                  int64_t ldp, float* C, int64_t ldc, const Epilogue& epilogue,
                                  cudaStream_t stream) {
   const bool vector_store = reinterpret_cast<uintptr_t>(C) % 16 == 0 && ldc % 4 == 0 && N % 4 == 0;
-  const dim3 grid(unsigned((N + 4 * kThreads - 1) / (4 * kThreads)),
+  const dim3 grid(unsigned(ceil_div(N, 4 * kThreads)),
                   unsigned(M < 65535 ? M : 65535));
   // Its launch overlaps the GEMM's tail; it waits for the partials.
   return launch_kernel<splitk_reduce_kernel>(grid, dim3(kThreads), 0, stream, partials, splits, M,

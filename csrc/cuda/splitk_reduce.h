@@ -7,12 +7,13 @@
 #include <cuda_runtime.h>
 
 #include "gemm_problem.h"
+#include "int_math.h"
 
 namespace pygpukit {
 
 // Row stride, in floats, of the partial products: N rounded up to 4, which
 // keeps every row 16-byte aligned for the TMA stores that write them.
-__host__ __device__ inline int64_t splitk_partials_ld(int64_t N) { return (N + 3) / 4 * 4; }
+__host__ __device__ inline int64_t splitk_partials_ld(int64_t N) { return round_up(N, 4); }
 
 // Bytes of the partial products of `splits` K-ranges of an M x N output
 // (splits x M x splitk_partials_ld(N) floats); 0 for one range.

@@ -2,6 +2,8 @@
 
 #include <cuda_runtime.h>
 
+#include "int_math.h"
+
 namespace pygpukit {
 namespace {
 
@@ -28,8 +30,6 @@ EncodeTiled encode_tiled() {
   }();
   return fn;
 }
-
-int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
 }  // namespace
 

@@ -3,11 +3,9 @@
 
 #include <cstdint>
 
-namespace pygpukit {
+#include "int_math.h"
 
-__host__ __device__ __forceinline__ int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
+namespace pygpukit {
 
 struct TileCoord {
   int64_t m, n;  // tile indices along M and N

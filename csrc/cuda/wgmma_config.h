@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "gemm_problem.h"
+#include "int_math.h"
 
 namespace pygpukit {
 
@@ -123,7 +124,7 @@ struct WgmmaConfig {
 
   // Clusters covering an M x N output, each kClusterM tiles stacked along M.
   __host__ __device__ static constexpr int64_t cluster_tiles(int64_t M, int64_t N) {
-    return ((M + BM * kClusterM - 1) / (BM * kClusterM)) * ((N + BN - 1) / BN);
+    return ceil_div(M, BM * kClusterM) * ceil_div(N, BN);
   }
   // Threadblocks covering an M x N output: whole clusters.
   __host__ __device__ static constexpr int64_t tiles(int64_t M, int64_t N) {

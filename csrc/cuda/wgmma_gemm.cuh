@@ -884,7 +884,7 @@ StreamKPlan stream_k_plan(int64_t M, int64_t N, int64_t K, int64_t batch, int64_
   plan.whole = works - tail;
   plan.iters = iters;
   const int64_t units = Cfg::kClusterM * Cfg::kConsumers;
-  plan.counter_bytes = size_t((tail * units * 4 + 255) / 256 * 256);
+  plan.counter_bytes = size_t(round_up(tail * units * 4, 256));
   plan.bytes = plan.counter_bytes + size_t(clusters * 2 * units * (Cfg::BN / 2) * 128 * 4);
   return plan;
 }
