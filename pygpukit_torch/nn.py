@@ -36,7 +36,8 @@ def _check_options(activation: Optional[str], precision: Optional[str], caller: 
         raise ValueError(f"{caller}: unknown activation {activation!r}; expected one of "
                          + ", ".join(repr(a) for a in ACTIVATIONS))
     if precision is not None and not isinstance(precision, str):
-        raise TypeError(f"{caller}: precision must be a string or None, got {type(precision).__name__}")
+        raise TypeError(f"{caller}: precision must be one of {', '.join(map(repr, PRECISIONS))} or None, "
+                        f"got {type(precision).__name__} {precision!r}")
     if precision is not None and precision not in PRECISIONS:
         raise ValueError(f"{caller}: precision must be 'tf32', 'tf32x3', 'ieee' or None, got {precision!r}")
     return activation
@@ -300,9 +301,12 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
 
     Raises:
         ValueError: an unknown precision.
-        TypeError: a precision that is not a string, or a policy that returns
-            something other than None or a non-empty string.
+        TypeError: a model that is not an nn.Module, a precision that is not
+            a string, or a policy that returns something other than None or a
+            non-empty string.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"swap_linear_: model must be an nn.Module, got {type(model).__name__}")
     _check_options("none", precision, caller="swap_linear_")
     report = SwapReport()
     replacements: Dict[Tuple[int, str], nn.Module] = {}
@@ -312,9 +316,12 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
              parent: Optional[nn.Module] = None) -> nn.Module:
         """`module` itself if it is to be skipped (and why is reported), else
         its TF32Linear (one per Linear and activation)."""
-        reason = _unswappable_reason(module, swap_subclasses)
+        # A Linear its parent never calls is named as such first: no flag
+        # makes swapping it useful (MultiheadAttention's out_proj is also a
+        # subclass, whose hint would suggest swap_subclasses=True).
+        reason = _parent_reason(parent, _NEVER_CALLED_BY)
         if reason is None:
-            reason = _parent_reason(parent, _NEVER_CALLED_BY)
+            reason = _unswappable_reason(module, swap_subclasses)
         if reason is None and filter_fn is not None and not filter_fn(module, fqn):
             reason = "excluded by filter_fn"
         if reason is None and policy is not None:

@@ -130,12 +130,14 @@ def test_each_skip_reason():
 
 def test_multihead_attention_out_proj_is_never_swapped():
     """nn.MultiheadAttention uses its out_proj's weight without calling it:
-    a TF32Linear there would never run, so it stays, with that reason, even
-    with swap_subclasses=True."""
-    model = nn.MultiheadAttention(256, 4)
-    swap_linear_(model, policy=None, swap_subclasses=True)
-    assert type(model.out_proj) is nn.modules.linear.NonDynamicallyQuantizableLinear
-    assert "never calls it" in dict(model.pygpukit_swap_report.skipped)["out_proj"]
+    a TF32Linear there would never run, so it stays, with that reason (not
+    the subclass hint that swap_subclasses=True would help), with either
+    setting of swap_subclasses."""
+    for swap_subclasses in (False, True):
+        model = nn.MultiheadAttention(256, 4)
+        swap_linear_(model, policy=None, swap_subclasses=swap_subclasses)
+        assert type(model.out_proj) is nn.modules.linear.NonDynamicallyQuantizableLinear
+        assert "never calls it" in dict(model.pygpukit_swap_report.skipped)["out_proj"]
 
 
 def test_transformer_encoder_layer_fast_path_is_reported(caplog):
@@ -234,7 +236,7 @@ def test_tf32linear_module():
     with pytest.raises(ValueError, match="precision must be"):
         TF32Linear(6, 5, precision="fp16")
     # Not a string: TypeError, as linear_tf32 raises for the same argument.
-    with pytest.raises(TypeError, match="TF32Linear: precision must be a string or None, got int"):
+    with pytest.raises(TypeError, match="TF32Linear: precision must be one of 'tf32', .* or None, got int 3"):
         TF32Linear(6, 5, precision=3)
     # None: no activation, as for linear_tf32.
     assert TF32Linear(6, 5, activation=None).activation == "none"
@@ -451,8 +453,10 @@ def test_tf32linear_rejects_other_dtypes_and_swap_names_itself_in_errors():
         TF32Linear(5, 3, dtype=torch.float64)
     with pytest.raises(ValueError, match="^swap_linear_: precision must be"):
         swap_linear_(nn.Sequential(nn.Linear(4, 4)), precision="bad")
-    with pytest.raises(TypeError, match="^swap_linear_: precision must be a string or None, got bool"):
+    with pytest.raises(TypeError, match="^swap_linear_: precision must be one of .* or None, got bool True"):
         swap_linear_(nn.Sequential(nn.Linear(4, 4)), precision=True)
+    with pytest.raises(TypeError, match="^swap_linear_: model must be an nn.Module, got int"):
+        swap_linear_(3)
 
 
 def test_tf32linear_is_float32_under_another_default_dtype():
