@@ -20,7 +20,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 import torch
 from torch import nn
 
-from .ops import ACTIVATIONS, PRECISIONS, _activation_name
+from .ops import ACTIVATIONS, _activation_name, _check_precision, _check_precision_type
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +35,8 @@ def _check_options(activation: Optional[str], precision: Optional[str], caller: 
     if activation not in ACTIVATIONS:
         raise ValueError(f"{caller}: unknown activation {activation!r}; expected one of "
                          + ", ".join(repr(a) for a in ACTIVATIONS))
-    if precision is not None and not isinstance(precision, str):
-        raise TypeError(f"{caller}: precision must be one of {', '.join(map(repr, PRECISIONS))} or None, "
-                        f"got {type(precision).__name__} {precision!r}")
-    if precision is not None and precision not in PRECISIONS:
-        raise ValueError(f"{caller}: precision must be 'tf32', 'tf32x3', 'ieee' or None, got {precision!r}")
+    _check_precision_type(caller, precision)
+    _check_precision(caller, precision)
     return activation
 
 

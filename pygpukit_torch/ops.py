@@ -49,6 +49,12 @@ def _check_wrapper_args(op: str, precision, optional=(), **tensors) -> None:
             raise RuntimeError(f"{op}: expected dense (strided) tensors, got {name} with layout {t.layout}")
         if t.is_quantized:
             raise RuntimeError(f"{op}: expected float32 tensors, got {name} quantized as {t.dtype}")
+    _check_precision_type(op, precision)
+
+
+def _check_precision_type(op: str, precision) -> None:
+    """A TypeError naming the choices for a precision that is neither a
+    string nor None (the schema's own type error names neither)."""
     if precision is not None and not isinstance(precision, str):
         raise TypeError(f"{op}: precision must be one of {', '.join(map(repr, PRECISIONS))} or None, "
                         f"got {type(precision).__name__} {precision!r}")

@@ -188,18 +188,26 @@ def test_tensor_on_cuda1_while_cuda0_current():
         assert_matmul_close(out, a, b)
 
 
+def captured_matmul(a, b):
+    """matmul_tf32(a, b) captured in a CUDA graph, after a warm-up call on a
+    side stream (it sets the kernels' shared-memory attributes outside the
+    capture): the graph and the output tensor its replays write."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        matmul_tf32(a, b)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = matmul_tf32(a, b)
+    return graph, out
+
+
 @requires_cuda
 @pytest.mark.parametrize("kernel", CUDA_KERNELS)
 def test_cuda_graph_capture_and_replay(kernel):
     a, b = torch.randn(300, 200, device="cuda"), torch.randn(200, 100, device="cuda")
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):  # warm-up off the capture (sets shared-memory attributes)
-        matmul_tf32(a, b)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = matmul_tf32(a, b)
+    g, out = captured_matmul(a, b)
     a.copy_(torch.randn_like(a))
     b.copy_(torch.randn_like(b))
     g.replay()
@@ -411,14 +419,7 @@ def test_split_k_in_a_cuda_graph(layout):
     b = w if layout == "nn" else w.t().contiguous().t()  # nt: W stored [N, K], as F.linear's
     if "split-K" not in pygpukit_torch.kernel_info(x, b):
         pytest.skip(f"no split-K here: {pygpukit_torch.kernel_info(x, b)}")
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        matmul_tf32(x, b)  # warm-up outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = matmul_tf32(x, b)
+    graph, captured = captured_matmul(x, b)
     for _ in range(3):
         x.copy_(torch.randn_like(x))
         captured.fill_(float("nan"))
@@ -440,14 +441,7 @@ def test_stream_k_in_a_cuda_graph_and_on_two_streams():
     if "stream-K" not in pygpukit_torch.kernel_info(a, b):
         pytest.skip("no partial last wave on this GPU")
     eager = matmul_tf32(a, b)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        matmul_tf32(a, b)  # warm-up outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = matmul_tf32(a, b)
+    graph, captured = captured_matmul(a, b)
     for _ in range(3):
         captured.fill_(float("nan"))
         graph.replay()
