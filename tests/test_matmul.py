@@ -331,6 +331,30 @@ def test_decode_a_at_b_reads_b_in_place(m):
 
 
 @requires_cuda
+@pytest.mark.parametrize("layout", ["x @ W", "x @ W.T"])
+@pytest.mark.parametrize("m", [16, 128, 1024])
+def test_weight_read_once_is_marked_evict_first(layout, m):
+    """Where all M rows of x fit in one tile, each tile of the weight is
+    loaded once, and the wgmma kernel marks those loads L2 evict-first (the
+    split-K partials and x stay in L2): at decode sizes, in both layouts,
+    and not where several tiles along M read each weight tile, nor where
+    batch entries share the weight."""
+    kernel = "wgmma_swap_ab" if layout == "x @ W" else "wgmma"
+    if not kernel_runs_here(kernel):
+        pytest.skip("the wgmma kernel does not run on this GPU or build")
+    x, w = torch.randn(m, 4096, device="cuda"), torch.randn(4096, 4096, device="cuda")
+    b = w if layout == "x @ W" else w.t()
+    with pygpukit_torch.force_kernel(kernel):
+        info = pygpukit_torch.kernel_info(x, b)
+        assert info.startswith("wgmma") and ("B read once" in info) == (m <= 128), info
+        assert_matmul_close(run(x, b), x, b)
+        xs = torch.randn(3, m + 8, 4096, device="cuda")[:, :m]  # three batch entries, one weight
+        info = pygpukit_torch.kernel_info(xs, b)
+        assert info.startswith("wgmma") and "B read once" not in info, info
+        assert_matmul_close(run(xs, b), xs, b)
+
+
+@requires_cuda
 @pytest.mark.parametrize("case", ["nn_square", "nt_large", "packed_tails", "batched", "linear_gelu",
                                   "medium_swap_ab", "narrow_swap_ab", "medium_nt", "narrow_nt",
                                   "low_fill"])

@@ -739,7 +739,9 @@ std::string wgmma_name(const GemmProblem& p, Kernel k, int splits) {
     name += " promoted every " + to_string(Config::kPromoteKTiles) + " k-tiles";
   if (Config::kSwapAB) name += " swap AB (B^T from registers, C^T stored transposed)";
   if (splits > 1) name += " split-K " + to_string(splits);
-  if (plan_wgmma_gemm<Config>(p, splits).stream_k) name += " stream-K last wave";
+  const WgmmaPlan plan = plan_wgmma_gemm<Config>(p, splits);
+  if (plan.stream_k) name += " stream-K last wave";
+  if (plan.weight_evict_first) name += " B read once (L2 evict-first)";
   if (s.pack_a || s.pack_b)
     name += std::string(" after packing ") + (s.pack_a ? (s.pack_b ? "A and B" : "A") : "B") +
             " K-major";

@@ -92,14 +92,34 @@ __device__ __forceinline__ void cluster_sync() {
 // Copies the box at coordinates (c0, c1, c2) of the 3-D tensor map `map` to
 // shared memory at `dst`, completing the box's bytes on `bar` (armed with
 // their count by mbarrier_arrive_expect_tx). Out-of-bounds elements are
-// zero-filled (and still counted in the transaction bytes).
+// zero-filled (and still counted in the transaction bytes). A nonzero
+// `l2_policy` (from l2_policy_evict_first) is the copy's L2 cache hint
+// (.L2::cache_hint); 0 leaves L2's default (evict-normal).
 __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar,
-                                            int32_t c0, int32_t c1, int32_t c2) {
+                                            int32_t c0, int32_t c1, int32_t c2,
+                                            uint64_t l2_policy = 0) {
+  if (l2_policy != 0) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        ".L2::cache_hint [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(smem_addr(dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar)),
+        "l"(l2_policy)
+        : "memory");
+    return;
+  }
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(smem_addr(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
       : "memory");
+}
+
+// An L2 cache policy (createpolicy, 9.7.9.18) under which every line an
+// access brings into L2 is among the first evicted: for data read once.
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
 }
 
 // The same copy delivered to the same shared-memory offset in every block of

@@ -197,10 +197,12 @@ using WgmmaSplit3SwapABKMajorNarrow = WgmmaConfig<128, 64, 4, 1, 1, true, true, 
 // current device: the workspace it needs (split-K's partial products, or
 // the stream-K partial sums of a last wave that the work items fill only
 // in part; see "Stream-K for the last wave" in
-// docs/tf32_tensorcore_design.md) and whether it runs that wave stream-K.
+// docs/tf32_tensorcore_design.md), whether it runs that wave stream-K, and
+// whether it marks the weight's loads L2 evict-first (weight_read_once).
 struct WgmmaPlan {
   size_t workspace_bytes = 0;
   bool stream_k = false;
+  bool weight_evict_first = false;  // the weight's loads hinted L2 evict-first
 };
 template <class Config>
 WgmmaPlan plan_wgmma_gemm(const GemmProblem& problem, int splits);

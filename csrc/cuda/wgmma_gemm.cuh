@@ -59,6 +59,9 @@ struct WgmmaParams {
   int64_t stream_k_whole, stream_k_iters;
   float* stream_k_partials;
   uint32_t* stream_k_counters;
+  // The weight (the caller's B) is read once (weight_read_once): its loads
+  // are marked L2 evict-first.
+  bool weight_evict_first;
 };
 
 // One unit of the persistent schedule: an output tile of one batch entry
@@ -783,6 +786,10 @@ __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kTh
         for (int kt = tile.k_begin; kt < tile.k_end; ++kt, ++it) load(it, tile, kt);
       }
     };
+    // The weight is the caller's B: the kernel's A under kSwapAB.
+    const uint64_t policy_weight = p.weight_evict_first ? ptx::l2_policy_evict_first() : 0;
+    const uint64_t policy_a = Cfg::kSwapAB ? policy_weight : 0;
+    const uint64_t policy_b = Cfg::kSwapAB ? 0 : policy_weight;
     // B's tile of k-tile kt into `dst`, counted on `bar`.
     auto load_b = [&](uint8_t* dst, uint64_t* bar, const WorkTile& tile, int kt) {
       const int batch_b = int(tile.batch * p.batch_step_b);
@@ -793,7 +800,7 @@ __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kTh
           ptx::tma_load_3d(dst + q * Cfg::kPartBytesB, &map_b, bar, q * segment + kt * Cfg::BK,
                            int(tile.n0), batch_b);
       } else if constexpr (Cfg::kClusterM == 1) {
-        ptx::tma_load_3d(dst, &map_b, bar, kt * Cfg::BK, int(tile.n0), batch_b);
+        ptx::tma_load_3d(dst, &map_b, bar, kt * Cfg::BK, int(tile.n0), batch_b, policy_b);
       } else {
         ptx::tma_load_3d_multicast(dst + rank * kSliceRows * Cfg::BK * 4, &map_b, bar, kAllCtas,
                                    kt * Cfg::BK, int(tile.n0 + rank * kSliceRows), batch_b);
@@ -813,9 +820,10 @@ __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kTh
           // B^T from the row-major B: boxes of 32 k-rows x 32 columns.
           for (int box = 0; box < Cfg::BM / 32; ++box)
             ptx::tma_load_3d(tile_a(s) + box * 32 * Cfg::BK * 4, &map_a, &full[s],
-                             int(tile.m0 + 32 * box), kt * Cfg::BK, batch_a);
+                             int(tile.m0 + 32 * box), kt * Cfg::BK, batch_a, policy_a);
         } else {
-          ptx::tma_load_3d(tile_a(s), &map_a, &full[s], kt * Cfg::BK, int(tile.m0), batch_a);
+          ptx::tma_load_3d(tile_a(s), &map_a, &full[s], kt * Cfg::BK, int(tile.m0), batch_a,
+                           policy_a);
         }
         if constexpr (!Cfg::kOwnStagesB) load_b(tile_b(s), &full[s], tile, kt);
       });
@@ -912,6 +920,23 @@ int64_t kernel_m(const GemmProblem& p) { return Cfg::kSwapAB ? p.N : p.M; }
 template <class Cfg>
 int64_t kernel_n(const GemmProblem& p) { return Cfg::kSwapAB ? p.M : p.N; }
 
+// Whether each tile of the weight (the caller's B) is loaded by one block
+// only, once: all M rows of A fit in one tile and no other batch entry
+// shares B. Then its TMA loads are marked L2 evict-first, so the streamed
+// weight does not push out of L2 what is read again: the activations (read
+// by every block) and the split-K partials (read back by the reduction).
+// H200, session 16, in one process, without -> with: split-K shapes 0.4-2.5
+// us faster (M = 128, 4096^2: x @ W.T 29.8 -> 27.4, x @ W 29.3 -> 27.3;
+// M = 64, 14336 -> 4096: 67.7 -> 65.7); unsplit shapes within 1 us either
+// way (4096 -> 14336). Marking x evict-last as well changed nothing. (Under
+// kClusterM > 1 without kSwapAB, B arrives by multicast, which takes no
+// hint.)
+template <class Cfg>
+bool weight_read_once(const GemmProblem& p) {
+  return p.M <= (Cfg::kSwapAB ? Cfg::BN : Cfg::BM) && (p.batch == 1 || p.batch_stride_b != 0) &&
+         (Cfg::kSwapAB || Cfg::kClusterM == 1);
+}
+
 }  // namespace wgmma_detail
 
 // Declared in wgmma_config.h.
@@ -919,6 +944,7 @@ template <class Cfg>
 WgmmaPlan plan_wgmma_gemm(const GemmProblem& p, int splits) {
   using namespace wgmma_detail;
   WgmmaPlan plan;
+  plan.weight_evict_first = weight_read_once<Cfg>(p);
   if (splits > 1) {
     plan.workspace_bytes = splitk_partials_bytes(splits, p.M, p.N);
     return plan;
@@ -990,7 +1016,7 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
                      Cfg::kSwapAB ? b_batched : a_batched, Cfg::kSwapAB ? a_batched : b_batched,
                      false, splits, k_tiles_per_split,
                      Cfg::kOwnStagesB ? tx_bytes_a : tx_bytes_a + tx_bytes_b, tx_bytes_b,
-                     0, 0, nullptr, nullptr};
+                     0, 0, nullptr, nullptr, wgmma_detail::weight_read_once<Cfg>(p)};
   // C (or the partials) as stored: always C's own M x N, row-major.
   const int64_t ldp = splitk_partials_ld(p.N);
   if (splits > 1) {  // raw partial products; the reduction applies the epilogue
