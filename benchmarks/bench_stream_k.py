@@ -5,7 +5,7 @@ interleaved (_common.time_interleaved) over input sets larger than L2.
 Prints a Markdown table: microseconds per call (host time included), the
 ratios, the relative error both ways and the kernel (which says "stream-K
 last wave" where it applies); then the geometric means against cuBLAS.
-The rule it informs is kStreamKMaxTailFill in csrc/cuda/wgmma_gemm.cuh:
+The rule it informs is kStreamKMaxTailFill in csrc/cuda/wgmma_schedule.cuh:
 with it, shapes whose last wave is fuller than that run the same kernel in
 both columns.
 

@@ -56,7 +56,7 @@ __device__ __forceinline__ void with_activation(Activation act, F&& f) {
 // Value stored at C[row, col] for accumulator `acc`. The activation is a
 // uniform runtime value, so one kernel instantiation serves plain matmul and
 // every fused linear layer; the price is a branch and a copy of each
-// activation's code per inlined call (see store_tile in wgmma_gemm.cuh for
+// activation's code per inlined call (see store_tile in wgmma_epilogue.cuh for
 // where that mattered).
 __device__ __forceinline__ float epilogue_value(const Epilogue& ep, float acc,
                                                 int64_t col) {
