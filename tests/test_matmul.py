@@ -1,6 +1,8 @@
 """Values of pygpukit::matmul_tf32 against a float64 product of the same
 inputs, over shapes, layouts, strides, batching and special values."""
 
+import re
+
 import pytest
 import torch
 
@@ -332,26 +334,46 @@ def test_decode_a_at_b_reads_b_in_place(m):
 
 @requires_cuda
 @pytest.mark.parametrize("layout", ["x @ W", "x @ W.T"])
-@pytest.mark.parametrize("m", [16, 128, 1024])
+@pytest.mark.parametrize("m", [16, 128, 200, 1024])
 def test_weight_read_once_is_marked_evict_first(layout, m):
-    """Where all M rows of x fit in one tile, each tile of the weight is
-    loaded once, and the wgmma kernel marks those loads L2 evict-first (the
-    split-K partials and x stay in L2): at decode sizes, in both layouts,
-    and not where several tiles along M read each weight tile, nor where
-    batch entries share the weight."""
+    """Where all M rows of x fit in one tile along M, each tile of the weight
+    is loaded once, and the wgmma kernel marks those loads L2 evict-first
+    (the split-K partials and x stay in L2): at decode sizes in both layouts,
+    and wherever the tile covers M (x @ W at M = 200 on the 256-row SwapAB
+    tile), also with a weight of its own per batch entry; not where several
+    tiles along M read each weight tile, where batch entries share the
+    weight, or where the weight arrives by multicast (a cluster along M
+    without SwapAB)."""
     kernel = "wgmma_swap_ab" if layout == "x @ W" else "wgmma"
     if not kernel_runs_here(kernel):
         pytest.skip("the wgmma kernel does not run on this GPU or build")
-    x, w = torch.randn(m, 4096, device="cuda"), torch.randn(4096, 4096, device="cuda")
-    b = w if layout == "x @ W" else w.t()
+
+    def weight_of(w):
+        return w if layout == "x @ W" else w.mT
+
+    def read_once(info):  # weight_read_once's rule, from the tile that kernel_info names
+        tile_m, tile_n, cluster = map(int, re.search(r"wgmma (\d+)x(\d+)x\d+ .*?cluster (\d+)x1", info).groups())
+        swap = "swap AB" in info
+        return m <= (tile_n if swap else tile_m) and (swap or cluster == 1)
+
+    x, b = torch.randn(m, 4096, device="cuda"), weight_of(torch.randn(4096, 4096, device="cuda"))
     with pygpukit_torch.force_kernel(kernel):
         info = pygpukit_torch.kernel_info(x, b)
-        assert info.startswith("wgmma") and ("B read once" in info) == (m <= 128), info
+        assert info.startswith("wgmma") and ("B read once" in info) == read_once(info), info
+        if m != 200:  # the decode tiles always cover M; at 1024 no tile does
+            assert ("B read once" in info) == (m <= 128), info
         assert_matmul_close(run(x, b), x, b)
-        xs = torch.randn(3, m + 8, 4096, device="cuda")[:, :m]  # three batch entries, one weight
+        # Three batch entries, one weight. x's batch stride (m + 8 rows) keeps
+        # them from folding into one GEMM of 3m rows.
+        xs = torch.randn(3, m + 8, 4096, device="cuda")[:, :m]
         info = pygpukit_torch.kernel_info(xs, b)
         assert info.startswith("wgmma") and "B read once" not in info, info
         assert_matmul_close(run(xs, b), xs, b)
+        # Three batch entries, a weight each: read once per entry.
+        bs = weight_of(torch.randn(3, 4096, 4096, device="cuda"))
+        info = pygpukit_torch.kernel_info(xs, bs)
+        assert info.startswith("wgmma") and ("B read once" in info) == read_once(info), info
+        assert_matmul_close(run(xs, bs), xs, bs)
 
 
 @requires_cuda

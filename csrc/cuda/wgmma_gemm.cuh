@@ -513,8 +513,8 @@ int64_t kernel_n(const GemmProblem& p) { return Cfg::kSwapAB ? p.M : p.N; }
 // us faster (M = 128, 4096^2: x @ W.T 29.8 -> 27.4, x @ W 29.3 -> 27.3;
 // M = 64, 14336 -> 4096: 67.7 -> 65.7); unsplit shapes within 1 us either
 // way (4096 -> 14336). Marking x evict-last as well changed nothing. (Under
-// kClusterM > 1 without kSwapAB, B arrives by multicast, which takes no
-// hint.)
+// kClusterM > 1 without kSwapAB, B arrives by tma_load_3d_multicast, which
+// passes no hint.)
 template <class Cfg>
 bool weight_read_once(const GemmProblem& p) {
   return p.M <= (Cfg::kSwapAB ? Cfg::BN : Cfg::BM) && (p.batch == 1 || p.batch_stride_b != 0) &&
