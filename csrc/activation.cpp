@@ -2,10 +2,13 @@
 
 #include <array>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+
+#include "error_format.h"
 
 namespace pygpukit {
 namespace {
@@ -30,8 +33,8 @@ Activation parse_activation(c10::string_view name, const char* op) {
   for (const auto& [known, act] : kActivations) {
     valid += (valid.empty() ? "'" : ", '") + std::string(known) + "'";
   }
-  TORCH_CHECK_VALUE(false, op, ": unknown activation '", std::string(name.data(), name.size()),
-                    "'; expected one of ", valid);
+  TORCH_CHECK_VALUE(false, op, ": unknown activation '",
+                    printable(std::string_view(name.data(), name.size())), "'; expected one of ", valid);
 }
 
 at::Tensor apply_activation(const at::Tensor& y, Activation act) {

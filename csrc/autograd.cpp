@@ -97,9 +97,15 @@ struct MatmulTF32 : public torch::autograd::Function<MatmulTF32> {
   }
 };
 
-// t[..., C] as a matrix [rows, C] (a 1-D t is one row); unlike
-// reshape(-1, C) it also works when C or a leading dimension is 0.
-at::Tensor rows(const at::Tensor& t) { return t.dim() == 1 ? t.unsqueeze(0) : t.flatten(0, -2); }
+// t[..., C] as a matrix [rows, C] (a 1-D t is one row). The row count is
+// spelled out: reshape(-1, C) fails when C or a leading dimension is 0, and
+// flatten has no batching rule, so it failed under vmap (backward with
+// is_grads_batched=True, jacobian/hessian with vectorize=True).
+at::Tensor rows(const at::Tensor& t) {
+  c10::SymInt count = 1;
+  for (int64_t d = 0; d + 1 < t.dim(); ++d) count *= t.sym_size(d);
+  return t.reshape_symint({count, t.sym_size(-1)});
+}
 
 // dL/dz from dL/dy for y = act(z), with ATen's own derivative formulas.
 at::Tensor activation_backward(const at::Tensor& grad, Activation act, const variable_list& saved,

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include <c10/util/ArrayRef.h>
 
@@ -19,20 +20,20 @@ inline std::string shape(c10::IntArrayRef sizes) {
   return s + "]";
 }
 
-// Bytes from outside Python (an environment variable) with those that are
-// not printable ASCII written as \xNN: the message reaches Python as str,
-// and bytes that are not UTF-8 would turn the error into a UnicodeDecodeError.
-// The first kMaxChars only (then "..."), so a huge value does not make a
-// huge message.
-inline std::string printable(const char* text) {
+// User-given text in an error message (an environment variable, an
+// argument string), with bytes that are not printable ASCII written as \xNN:
+// the message reaches Python as str, and bytes that are not UTF-8 would turn
+// the error into a UnicodeDecodeError, while a NUL would end the message
+// early. The first kMaxChars only (then "..."), so a huge value does not make
+// a huge message.
+inline std::string printable(std::string_view text) {
   static const char kHex[] = "0123456789abcdef";
-  constexpr int kMaxChars = 64;
+  constexpr size_t kMaxChars = 64;
   std::string s;
-  int n = 0;
-  for (const char* c = text; *c != '\0'; ++c, ++n) {
+  for (size_t n = 0; n < text.size(); ++n) {
     if (n == kMaxChars) return s + "...";
-    const auto b = static_cast<unsigned char>(*c);
-    if (b >= 0x20 && b < 0x7f) s += *c;
+    const auto b = static_cast<unsigned char>(text[n]);
+    if (b >= 0x20 && b < 0x7f) s += text[n];
     else s += std::string("\\x") + kHex[b >> 4] + kHex[b & 15];
   }
   return s;

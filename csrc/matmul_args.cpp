@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cctype>
 #include <optional>
 #include "matmul_args.h"
@@ -94,15 +95,19 @@ Precision parse_precision(std::optional<c10::string_view> precision, const char*
                         "or 'ieee', got '", printable(env), "'");
       return *p;
     }
-    // PYGPUKIT_ALLOW_TF32 = 0 / false / no / off (any case) disallows TF32.
+    // PYGPUKIT_ALLOW_TF32 = 0 / false / no / off (any case, surrounding
+    // whitespace ignored, as a shell or .env file may leave it) disallows TF32.
     const char* env = std::getenv("PYGPUKIT_ALLOW_TF32");
     std::string v = env ? env : "";
+    const auto is_space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+    while (!v.empty() && is_space(v.back())) v.pop_back();
+    v.erase(v.begin(), std::find_if_not(v.begin(), v.end(), is_space));
     for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return (v == "0" || v == "false" || v == "no" || v == "off") ? Precision::kIEEE : Precision::kTF32;
   }
   const auto p = precision_named(*precision);
   TORCH_CHECK_VALUE(p.has_value(), op, ": precision must be 'tf32', 'tf32x3', 'ieee' or None, got '",
-                    std::string(precision->data(), precision->size()), "'");
+                    printable(std::string_view(precision->data(), precision->size())), "'");
   return *p;
 }
 

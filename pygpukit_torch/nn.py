@@ -237,9 +237,14 @@ def _unswappable_reason(module: nn.Linear, swap_subclasses: bool) -> Optional[st
     extra = {name for name, _ in module.named_parameters(recurse=False)}
     extra |= {name for name, _ in module.named_buffers(recurse=False)}
     extra = sorted((extra - {"weight", "bias"}) | {name for name, _ in module.named_children()})
-    if extra or parametrized or not isinstance(module.weight, nn.Parameter):
-        return (f"state beyond plain weight and bias Parameters ({', '.join(extra) or 'computed weight'}; "
-                "e.g. weight_norm or a parametrization)")
+    # A weight computed by a hook, or a bias registered as a buffer (a frozen
+    # bias): the TF32Linear would hold them as Parameters or plain
+    # attributes, changing the state_dict and what .to() converts.
+    extra += [f"{name} not a Parameter" for name in ("weight", "bias")
+              if getattr(module, name) is not None and not isinstance(getattr(module, name), nn.Parameter)]
+    if extra or parametrized:
+        return (f"state beyond plain weight and bias Parameters ({', '.join(extra) or 'parametrized'}; "
+                "e.g. weight_norm, a parametrization or a bias buffer)")
     if _has_hooks(module):
         return "has module hooks, which a new module would not carry over"
     if module.weight.device.type == "meta":
@@ -262,8 +267,9 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
 
     * a TF32Linear could not reproduce it: an unmaterialized ``LazyLinear``,
       a subclass of nn.Linear (unless ``swap_subclasses``), extra
-      parameters/buffers or module hooks (e.g. ``weight_norm``), meta-device
-      or non-float32 parameters;
+      parameters/buffers, a weight or bias that is not a Parameter (e.g. a
+      bias registered as a buffer) or module hooks (e.g. ``weight_norm``),
+      meta-device or non-float32 parameters;
     * it would never run: a Linear that its parent module uses without
       calling it (``nn.MultiheadAttention``'s ``out_proj``);
     * ``filter_fn(module, fqn)`` is false;
@@ -301,6 +307,8 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
         TypeError: a model that is not an nn.Module, a precision that is not
             a string, or a policy that returns something other than None or a
             non-empty string.
+        Whatever `filter_fn` or `policy` raises. In every case the model is
+        left as it was: layers already swapped are put back.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"swap_linear_: model must be an nn.Module, got {type(model).__name__}")
@@ -308,6 +316,11 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
     report = SwapReport()
     replacements: Dict[Tuple[int, str], nn.Module] = {}
     visited = set()
+    undo: List[Tuple[nn.Module, str, nn.Module]] = []  # (parent, name, module it held), in order
+
+    def replace(parent: nn.Module, name: str, new: nn.Module) -> None:
+        undo.append((parent, name, parent._modules[name]))
+        setattr(parent, name, new)
 
     def swap(module: nn.Linear, fqn: str, activation: str = "none",
              parent: Optional[nn.Module] = None) -> nn.Module:
@@ -369,13 +382,23 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
                     identity = nn.Identity()
                     identity.train(act_module.training)  # as in the module it replaces
                     identity.__dict__["_unfused_activation"] = act_module
-                    setattr(module, next_name, identity)
+                    replace(module, next_name, identity)
                     report.fused.append((child_fqn, activation))
             if new is not child:
-                setattr(module, name, new)
+                replace(module, name, new)
         return module
 
-    model = swap(model, "") if isinstance(model, nn.Linear) else convert(model, "")
+    if isinstance(model, nn.Linear):
+        model = swap(model, "")
+    else:
+        try:
+            convert(model, "")
+        except BaseException:
+            # A filter_fn or policy that raised: put back every module that
+            # was already replaced, so that the model is as it was.
+            for parent, name, old in reversed(undo):
+                parent._modules[name] = old
+            raise
     log.info("pygpukit swap_linear_: %s", report.summary())
     if report.bypassable:
         log.warning("pygpukit swap_linear_: swapped layers that their parent module may bypass (those calls do "

@@ -200,12 +200,21 @@ def _matmul_shape(a: torch.Tensor, b: torch.Tensor) -> list:
     return out
 
 
+def _printable(text: str) -> str:
+    """The C++ printable (csrc/error_format.h), for the fake implementations'
+    messages: bytes that are not printable ASCII as \\xNN, the first 64 only."""
+    data = text.encode("utf-8", "surrogateescape")
+    shown = "".join(chr(b) if 0x20 <= b < 0x7F else f"\\x{b:02x}" for b in data[:64])
+    return shown + "..." if len(data) > 64 else shown
+
+
 def _check_precision(op: str, precision: Optional[str]) -> None:
     """The C++ parse_precision's check, for the fake implementations: a
     ValueError (torch._check_value), like its TORCH_CHECK_VALUE, so that
     meta tensors and tracing raise what eager mode raises."""
     torch._check_value(precision is None or precision in PRECISIONS,
-                       lambda: f"{op}: precision must be 'tf32', 'tf32x3', 'ieee' or None, got '{precision}'")
+                       lambda: f"{op}: precision must be 'tf32', 'tf32x3', 'ieee' or None, "
+                               f"got '{_printable(precision)}'")
 
 
 def _check_defined(op: str, **tensors) -> None:
@@ -297,7 +306,7 @@ def _(x, weight, bias=None, activation="none", *, precision=None):
                  lambda: f"linear_tf32: expected bias of shape [{weight.shape[0]}] (weight.size(0), the "
                          f"out_features), got shape {list(bias.shape)}")
     torch._check_value(activation in ACTIVATIONS,
-                       lambda: f"linear_tf32: unknown activation '{activation}'; expected one of "
+                       lambda: f"linear_tf32: unknown activation '{_printable(activation)}'; expected one of "
                                + ", ".join(f"'{a}'" for a in ACTIVATIONS))
     _check_precision("linear_tf32", precision)
     # Contiguous, exactly like the CUDA and CPU kernels' results.

@@ -4,8 +4,8 @@ A call with ``precision=None`` (every call that does not name one, including
 those of :class:`~pygpukit_torch.TF32Linear` built without one) resolves it
 when it runs, from the environment: ``PYGPUKIT_PRECISION`` (``tf32``,
 ``tf32x3`` or ``ieee``; empty counts as unset) if set, else ``ieee`` if
-``PYGPUKIT_ALLOW_TF32`` is ``0``, ``false``, ``no`` or ``off`` (any case),
-else ``tf32``. :func:`default_precision` sets ``PYGPUKIT_PRECISION``
+``PYGPUKIT_ALLOW_TF32`` is ``0``, ``false``, ``no`` or ``off`` (any case,
+surrounding whitespace ignored), else ``tf32``. :func:`default_precision` sets ``PYGPUKIT_PRECISION``
 for the duration of a ``with`` block.
 
 A compiled graph calls the operators with ``precision=None`` too and so reads

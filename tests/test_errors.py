@@ -84,6 +84,11 @@ def test_unknown_precision(device):
     a = torch.ones(2, 2, device=device)
     with pytest.raises(ValueError, match="precision must be"):
         matmul_tf32(a, a, precision="fp16")
+    # A NUL or other unprintable byte is escaped, and a long value cut short:
+    # the message stays whole and small.
+    with pytest.raises(ValueError) as info:
+        matmul_tf32(a, a, precision="ieee\x00junk" + "z" * 10000)
+    assert "got 'ieee\\x00junk" in str(info.value) and "...'" in str(info.value) and len(str(info.value)) < 300
 
 
 @pytest.mark.parametrize("device", DEVICES + ["meta"])

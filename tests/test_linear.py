@@ -196,6 +196,26 @@ def test_gradcheck_ieee_cpu(activation, bias):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("activation", ACTS)
+@pytest.mark.parametrize("x_shape", [(3, 6), (2, 3, 6), (6,)])
+def test_batched_gradients(device, activation, x_shape):
+    """Backward under vmap, as torch.autograd.grad(..., is_grads_batched=True)
+    and jacobian/hessian(vectorize=True) run it: the same as one backward per
+    gradient, for x, weight and bias."""
+    torch.manual_seed(0)
+    x = torch.randn(*x_shape, device=device, requires_grad=True)
+    w = torch.randn(4, 6, device=device, requires_grad=True)
+    b = torch.randn(4, device=device, requires_grad=True)
+    out = linear_tf32(x, w, b, activation)
+    grads = torch.randn(5, *out.shape, device=device)
+    batched = torch.autograd.grad(out, (x, w, b), grads, is_grads_batched=True, retain_graph=True)
+    for i in range(grads.shape[0]):
+        one = torch.autograd.grad(out, (x, w, b), grads[i], retain_graph=True)
+        for g_batched, g in zip(batched, one):
+            torch.testing.assert_close(g_batched[i], g)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_only_needed_gradients(device):
     x = torch.randn(4, 5, device=device, requires_grad=True)
     w, b = torch.randn(3, 5, device=device), torch.randn(3, device=device)

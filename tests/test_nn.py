@@ -110,8 +110,12 @@ def test_each_skip_reason():
         "filtered": nn.Linear(4, 4),
         "small": nn.Linear(4, 4),
         "already": TF32Linear(4, 4),
+        "bias_buffer": nn.Linear(4, 4),
     })
     model["half_bias"].bias.data = model["half_bias"].bias.data.half()
+    frozen_bias = model["bias_buffer"].bias.detach().clone()  # a frozen bias, kept in the state_dict
+    del model["bias_buffer"].bias
+    model["bias_buffer"].register_buffer("bias", frozen_bias)
     model["hooked"].register_forward_hook(lambda m, i, o: o)
     model["state_dict_hooked"].register_load_state_dict_post_hook(lambda m, keys: None)
     swap_linear_(model, filter_fn=lambda m, fqn: fqn != "filtered")
@@ -121,7 +125,7 @@ def test_each_skip_reason():
                 "half_bias": "torch.float16", "subclass": "swap_subclasses=True", "weight_norm": "weight_g",
                 "hooked": "hooks", "state_dict_hooked": "hooks",
                 "parametrized": "parametrization", "filtered": "excluded by filter_fn", "small": "small layer",
-                "already": "already a TF32Linear"}
+                "already": "already a TF32Linear", "bias_buffer": "bias not a Parameter"}
     assert sorted(reasons) == sorted(expected)
     for fqn, words in expected.items():
         assert words in reasons[fqn], (fqn, reasons[fqn])
@@ -310,6 +314,30 @@ def test_swapped_linear_context_manager_restores_even_on_error():
     lin = nn.Linear(4, 4)
     with swapped_linear(lin, policy=None) as m:
         assert isinstance(m, TF32Linear) and m.weight is lin.weight
+
+
+@pytest.mark.parametrize("raiser", ["filter_fn", "policy"])
+def test_a_raising_filter_or_policy_leaves_the_model_as_it_was(raiser):
+    """The second layer's filter_fn or policy raises after the first layer
+    (and its fused activation) was swapped: swap_linear_ and swapped_linear
+    put everything back before the error propagates."""
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8)))
+    before = [(name, module) for name, module in model.named_modules()]
+
+    def boom(module, fqn):
+        if fqn == "2.1":
+            raise KeyError("boom")
+        return True if raiser == "filter_fn" else None
+
+    kwargs = {"filter_fn": boom, "policy": None} if raiser == "filter_fn" else {"policy": boom}
+    with pytest.raises(KeyError, match="boom"):
+        swap_linear_(model, activation_fusion=True, **kwargs)
+    assert [(name, module) for name, module in model.named_modules()] == before
+    assert not hasattr(model, "pygpukit_swap_report")
+    with pytest.raises(KeyError, match="boom"):
+        with swapped_linear(model, activation_fusion=True, **kwargs):
+            pass
+    assert [(name, module) for name, module in model.named_modules()] == before
 
 
 # ---- state_dict and save/load ------------------------------------------------------------------

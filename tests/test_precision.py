@@ -417,7 +417,8 @@ def run_probe_in_processes(envs):
 
 def test_allow_tf32_environment_variable_values():
     cases = (("0", 2 ** -11 + 2 ** -12), ("OFF", 2 ** -11 + 2 ** -12), ("no", 2 ** -11 + 2 ** -12),
-             ("False", 2 ** -11 + 2 ** -12), ("1", 2 ** -10), ("", 2 ** -10))
+             ("False", 2 ** -11 + 2 ** -12), (" 0", 2 ** -11 + 2 ** -12), ("off\n", 2 ** -11 + 2 ** -12),
+             ("1", 2 ** -10), ("", 2 ** -10))
     envs = []
     for value, _ in cases:
         env = dict(os.environ, PYGPUKIT_ALLOW_TF32=value)
