@@ -108,7 +108,8 @@ def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
             ``None`` (default): the environment variable
             ``PYGPUKIT_PRECISION`` (one of those names; see
             :func:`pygpukit_torch.default_precision`) if set, else ``"ieee"``
-            if ``PYGPUKIT_ALLOW_TF32`` is ``0``/``false``/``no``/``off``, else
+            if ``PYGPUKIT_ALLOW_TF32`` is ``0``/``false``/``no``/``off`` (any
+            case, surrounding whitespace ignored), else
             ``"tf32"``. PyTorch's own TF32 settings are not consulted.
             On the CPU every precision is emulated: inputs rounded (ties to
             even) or split the same way, products accumulated in float64;

@@ -506,15 +506,16 @@ int64_t kernel_n(const GemmProblem& p) { return Cfg::kSwapAB ? p.M : p.N; }
 
 // Whether each tile of the weight (the caller's B) is loaded by one block
 // only, once: all M rows of A fit in one tile and no other batch entry
-// shares B. Then its TMA loads are marked L2 evict-first, so the streamed
-// weight does not push out of L2 what is read again: the activations (read
-// by every block) and the split-K partials (read back by the reduction).
-// H200, session 16, in one process, without -> with: split-K shapes 0.4-2.5
-// us faster (M = 128, 4096^2: x @ W.T 29.8 -> 27.4, x @ W 29.3 -> 27.3;
-// M = 64, 14336 -> 4096: 67.7 -> 65.7); unsplit shapes within 1 us either
-// way (4096 -> 14336). Marking x evict-last as well changed nothing. (Under
-// kClusterM > 1 without kSwapAB, B arrives by tma_load_3d_multicast, which
-// passes no hint.)
+// shares B. Then its TMA loads are marked L2 evict-first, so that the
+// streamed weight need not push out of L2 what is read again: the
+// activations (read by every block) and the split-K partials (read back by
+// the reduction). H200, session 16, in one process, without -> with:
+// split-K shapes at K = 4096 0.4-2.4 us faster (M = 128, 4096^2: x @ W.T
+// 29.8 -> 27.4, x @ W 29.3 -> 27.3), at K = 14336 x @ W.T 1.1-2.0 (M = 64,
+// 14336 -> 4096: 67.7 -> 65.7), x @ W within noise; unsplit shapes within
+// 1 us either way (4096 -> 14336). Marking x evict-last as well gained
+// nothing. (Under kClusterM > 1 without kSwapAB, B arrives by
+// tma_load_3d_multicast, which passes no hint.)
 template <class Cfg>
 bool weight_read_once(const GemmProblem& p) {
   return p.M <= (Cfg::kSwapAB ? Cfg::BN : Cfg::BM) && (p.batch == 1 || p.batch_stride_b != 0) &&
