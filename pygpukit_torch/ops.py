@@ -218,6 +218,17 @@ def _check_precision(op: str, precision: Optional[str]) -> None:
                                f"got '{_printable(precision)}'")
 
 
+def _check_call_precision(op: str, precision: Optional[str]) -> None:
+    """_check_precision, and for None the environment variable the C++
+    operator then reads: meta tensors and tracing raise what eager mode
+    raises for a bad PYGPUKIT_PRECISION."""
+    _check_precision(op, precision)
+    env = os.environ.get("PYGPUKIT_PRECISION") if precision is None else None
+    torch._check_value(not env or env in PRECISIONS,
+                       lambda: f"{op}: the environment variable PYGPUKIT_PRECISION must be 'tf32', 'tf32x3' "
+                               f"or 'ieee', got '{_printable(env)}'")
+
+
 def _check_defined(op: str, **tensors) -> None:
     """The C++ checks' error for a None passed to the raw operator as a
     tensor, for the fake implementations (meta tensors, tracing)."""
@@ -230,7 +241,7 @@ def _(a, b, *, precision=None):
     # The C++ operator's checks in its order: the tensors, then the precision.
     _check_defined("matmul_tf32", a=a, b=b)
     shape = _matmul_shape(a, b)
-    _check_precision("matmul_tf32", precision)
+    _check_call_precision("matmul_tf32", precision)
     # Contiguous, exactly like the CUDA and CPU kernels' results.
     return a.new_empty(shape)
 
@@ -309,6 +320,6 @@ def _(x, weight, bias=None, activation="none", *, precision=None):
     torch._check_value(activation in ACTIVATIONS,
                        lambda: f"linear_tf32: unknown activation '{_printable(activation)}'; expected one of "
                                + ", ".join(f"'{a}'" for a in ACTIVATIONS))
-    _check_precision("linear_tf32", precision)
+    _check_call_precision("linear_tf32", precision)
     # Contiguous, exactly like the CUDA and CPU kernels' results.
     return x.new_empty(tuple(x.shape[:-1]) + (weight.shape[0],))
