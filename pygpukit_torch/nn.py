@@ -294,7 +294,8 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
             else raises TypeError. Default :func:`default_policy` (skips
             small layers).
         swap_subclasses: also swap subclasses of nn.Linear (their own
-            forward, if any, is then not used).
+            forward, if any, is then not used; a warning names each such
+            layer).
 
     Returns:
         `model`, or the new TF32Linear when `model` itself is a swapped
@@ -345,6 +346,10 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
         bypass = _parent_reason(parent, _SOMETIMES_BYPASSED_BY)
         if bypass is not None:
             report.bypassable.append((fqn, bypass))
+        if type(module).forward is not nn.Linear.forward:
+            # Only reachable with swap_subclasses=True: say what is dropped.
+            log.warning("pygpukit swap_linear_: %r is a %s with its own forward, which the TF32Linear does not "
+                        "run (it computes nn.Linear's)", fqn, type(module).__name__)
         key = (id(module), activation)
         if key not in replacements:
             new = TF32Linear.from_linear(module, activation=activation, precision=precision)

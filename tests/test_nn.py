@@ -182,11 +182,18 @@ def test_policy_must_return_none_or_a_reason(answer):
     assert type(model[0]) is nn.Linear
 
 
-def test_swap_subclasses_opt_in():
+def test_swap_subclasses_opt_in(caplog):
+    class Scaled(nn.Linear):  # a subclass with its own forward, which a swap drops
+        def forward(self, x):
+            return 2 * super().forward(x)
+
     model = nn.Sequential(nn.modules.linear.NonDynamicallyQuantizableLinear(4, 4),
-                          nn.utils.parametrizations.weight_norm(nn.Linear(4, 4)))
-    swap_linear_(model, policy=None, swap_subclasses=True)
-    assert isinstance(model[0], TF32Linear)
+                          nn.utils.parametrizations.weight_norm(nn.Linear(4, 4)), Scaled(4, 4))
+    with caplog.at_level("WARNING", logger="pygpukit_torch.nn"):
+        swap_linear_(model, policy=None, swap_subclasses=True)
+    assert isinstance(model[0], TF32Linear) and isinstance(model[2], TF32Linear)
+    warned = [r.getMessage() for r in caplog.records if "own forward" in r.getMessage()]
+    assert len(warned) == 1 and "'2' is a Scaled" in warned[0], warned
     # A parametrized Linear is a subclass too, but its weight is computed: never swapped.
     assert type(model[1]) is not TF32Linear
     assert "parametrizations" in dict(model.pygpukit_swap_report.skipped)["1"]
