@@ -239,9 +239,14 @@ def _unswappable_reason(module: nn.Linear, swap_subclasses: bool) -> Optional[st
     extra = sorted((extra - {"weight", "bias"}) | {name for name, _ in module.named_children()})
     # A weight computed by a hook, or a bias registered as a buffer (a frozen
     # bias): the TF32Linear would hold them as Parameters or plain
-    # attributes, changing the state_dict and what .to() converts.
-    extra += [f"{name} not a Parameter" for name in ("weight", "bias")
-              if getattr(module, name) is not None and not isinstance(getattr(module, name), nn.Parameter)]
+    # attributes, changing the state_dict and what .to() converts. (Not
+    # asked of a parametrized module, a reason already, whose weight each
+    # getattr would compute.)
+    if not parametrized:
+        for name in ("weight", "bias"):
+            value = getattr(module, name)
+            if value is not None and not isinstance(value, nn.Parameter):
+                extra.append(f"{name} not a Parameter")
     if extra or parametrized:
         return (f"state beyond plain weight and bias Parameters ({', '.join(extra) or 'parametrized'}; "
                 "e.g. weight_norm, a parametrization or a bias buffer)")
