@@ -57,7 +57,7 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
   // Frees pipeline slot `it` in every block of the cluster (each holds our
   // multicast B slice there) once this warp's MMAs on it completed; with
   // kOwnStagesB, B's slot too.
-  auto release = [&](int it) {
+  auto release = [&](uint32_t it) {
     if (lane == 0) {
       for (uint32_t cta = 0; cta < Cfg::kClusterM; ++cta)
         ptx::mbarrier_arrive_cluster(&empty[it % Cfg::kStages], cta);
@@ -91,7 +91,9 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
   };
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
-  int it = 0;  // pipeline slot counter, continuous across work tiles
+  // Pipeline slot counter, continuous across work tiles. Unsigned, so the
+  // slot (it % kStages) and phase (it / kStages) need no sign fix-ups.
+  uint32_t it = 0;
   const int64_t cluster = blockIdx.x / Cfg::kClusterM, clusters = gridDim.x / Cfg::kClusterM;
   const int64_t items = cluster_items<Cfg>(p, cluster, clusters);
   for (int64_t item = 0; item < items; ++item) {
@@ -149,7 +151,7 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
       };
       using Loaded = uint32_t[Cfg::BK / 8][4];  // a k-tile's FP32 fragments as loaded
       // Waits for pipeline slot i's data and loads this thread's fragments.
-      auto load = [&](Loaded& v, int i) {
+      auto load = [&](Loaded& v, uint32_t i) {
         ptx::mbarrier_wait(&full[i % Cfg::kStages], (i / Cfg::kStages) & 1);
         load_fragments(v, i % Cfg::kStages);
       };
@@ -270,12 +272,12 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
       // One k-tile in the RS form: the whole k-tile's fragments first (TMA
       // rounded them to TF32), so one fence covers them, then its MMAs.
       auto issue_rs = [&](uint32_t(&f)[Cfg::BK / 8][4], int s, int sb, bool fresh) {
-        const uint32_t b0 = ptx::smem_addr(tile_b(sb));
+        const uint64_t b0 = ptx::smem_desc_kmajor_sw128(ptx::smem_addr(tile_b(sb)));
         load_fragments(f, s);
         ptx::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Cfg::BK / 8; ++kk)
-          ptx::wgmma_tf32_rs<Cfg::BN>(acc, f[kk], ptx::smem_desc_kmajor_sw128(b0 + kk * 32),
+          ptx::wgmma_tf32_rs<Cfg::BN>(acc, f[kk], ptx::smem_desc_advance(b0, kk * 32),
                                       !fresh || kk > 0);
       };
       // wgmma reads its A registers until the wait_group that retires it, and
@@ -300,13 +302,13 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
       }
     } else {
       auto ss = [&](int s, int sb, bool fresh) {
-        const uint32_t a0 = ptx::smem_addr(tile_a(s)) + c * 64 * 128;
-        const uint32_t b0 = ptx::smem_addr(tile_b(sb));
+        const uint64_t a0 = ptx::smem_desc_kmajor_sw128(ptx::smem_addr(tile_a(s)) + c * 64 * 128);
+        const uint64_t b0 = ptx::smem_desc_kmajor_sw128(ptx::smem_addr(tile_b(sb)));
         ptx::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Cfg::BK / 8; ++kk) {
-          ptx::wgmma_tf32<Cfg::BN>(acc, ptx::smem_desc_kmajor_sw128(a0 + kk * 32),
-                                   ptx::smem_desc_kmajor_sw128(b0 + kk * 32), !fresh || kk > 0);
+          ptx::wgmma_tf32<Cfg::BN>(acc, ptx::smem_desc_advance(a0, kk * 32),
+                                   ptx::smem_desc_advance(b0, kk * 32), !fresh || kk > 0);
         }
       };
       for (int kt = tile.k_begin; kt < tile.k_end; ++kt) k_tile(kt, ss);
@@ -405,7 +407,7 @@ __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kTh
     // walk(load) calls load(it, tile, kt) for every k-tile in order, `it`
     // counting the k-tiles across work tiles as the consumers do.
     auto walk = [&](auto&& load) {
-      int it = 0;
+      uint32_t it = 0;
       const int64_t cluster = blockIdx.x / Cfg::kClusterM, clusters = gridDim.x / Cfg::kClusterM;
       const int64_t items = cluster_items<Cfg>(p, cluster, clusters);
       for (int64_t item = 0; item < items; ++item) {
@@ -436,7 +438,7 @@ __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kTh
     // The first pass over a ring's slots waits on the phase "before" a
     // fresh barrier, which counts as completed.
     if (threadIdx.x == 0) {
-      walk([&](int it, const WorkTile& tile, int kt) {
+      walk([&](uint32_t it, const WorkTile& tile, int kt) {
         const int s = it % Cfg::kStages;
         ptx::mbarrier_wait(&empty[s], ((it / Cfg::kStages) & 1) ^ 1);
         // Our A tile, plus (unless kOwnStagesB) all kClusterM slices of B,
@@ -455,7 +457,7 @@ __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kTh
         if constexpr (!Cfg::kOwnStagesB) load_b(tile_b(s), &full[s], tile, kt);
       });
     } else if (Cfg::kOwnStagesB && threadIdx.x == 32) {
-      walk([&](int it, const WorkTile& tile, int kt) {
+      walk([&](uint32_t it, const WorkTile& tile, int kt) {
         const int sb = it % Cfg::kStagesB;
         ptx::mbarrier_wait(&empty_b[sb], ((it / Cfg::kStagesB) & 1) ^ 1);
         ptx::mbarrier_arrive_expect_tx(&full_b[sb], p.stage_tx_bytes_b);
