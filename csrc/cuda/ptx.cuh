@@ -41,6 +41,11 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem,
                "l"(gmem), "r"(src_bytes));
 }
 
+// The same copy with all 16 bytes read (no zero-fill operand to compute).
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem));
+}
+
 // 4-byte variant for operands whose base pointer or leading dimension is not
 // 16-byte aligned. src_bytes is 0 (zero-fill) or 4.
 __device__ __forceinline__ void cp_async_4(void* smem, const void* gmem,
