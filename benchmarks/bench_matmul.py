@@ -10,10 +10,11 @@ TFLOP/s = 2·M·N·K / median time. Accuracy: ‖out − ref‖/‖ref‖ agains
 float64 product of the same inputs.
 
     python benchmarks/bench_matmul.py [--quick | --target] [--markdown OUT.md] [--json OUT.json]
-        [--kernels auto,mma_sync]
+        [--kernels auto,mma_sync] [--tf32x3] [--min-run-time SECONDS]
 
---target runs only the headline set (TARGET_SET) and prints the geometric
-mean of the ratios to cuBLAS TF32 over it.
+--target runs only the headline set (TARGET_SET). A run that includes the
+whole set (the default, or --target) ends with the geometric mean of the
+ratios to cuBLAS TF32 over it.
 """
 
 import argparse
