@@ -62,7 +62,7 @@ __device__ __forceinline__ void cp_async_commit() {
 // Waits until at most N committed groups are still in flight.
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // Four 8x8 b16 matrices = four 8-row x 16-byte blocks. For 32-bit data each
