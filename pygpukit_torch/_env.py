@@ -5,30 +5,79 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Iterator
+import threading
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 
 _AROUND_THE_CALL = "enter the block around the call of the compiled function"
 
+# The blocks still open, per variable, in the order they were entered, and
+# each variable's value before the first of them: blocks in several threads
+# may close in any order.
+_lock = threading.Lock()
+_open: Dict[str, List[Tuple[object, str]]] = {}
+_before: Dict[str, Optional[str]] = {}
+
+
+def _tracer() -> Optional[str]:
+    """Which tracer other than Dynamo records a graph of this Python code
+    right now, or None."""
+    if torch.jit.is_tracing():
+        return "a function traced by torch.jit.trace"
+    from torch.fx import _symbolic_trace
+    from torch.fx.experimental import proxy_tensor
+    # Both helpers are internal to torch.fx (present since torch 2.1); where
+    # one is missing, that tracer goes undetected rather than failing here.
+    get_proxy_mode = getattr(proxy_tensor, "get_proxy_mode", None)
+    if get_proxy_mode is not None and get_proxy_mode() is not None:
+        return "a function traced by make_fx or torch.export"
+    is_fx_tracing = getattr(_symbolic_trace, "is_fx_tracing", None)
+    if is_fx_tracing is not None and is_fx_tracing():
+        return "a function traced by torch.fx.symbolic_trace"
+    return None
+
 
 @contextlib.contextmanager
 def environment_variable(name: str, value: str, *, caller: str, advice: str = _AROUND_THE_CALL) -> Iterator[None]:
-    """``os.environ[name] = value`` inside the block; the previous value (or
-    its absence) is restored on exit, exceptions included.
+    """``os.environ[name] = value`` inside the block. On exit (exceptions
+    included) the variable takes the value of the most recently entered
+    block still open, or, when none is, the value it had before the first
+    (or its absence): blocks that overlap in several threads and close out
+    of order leave no setting behind. The variable is process-wide, so a
+    block applies to calls in every thread while it is the latest open.
 
     Raises RuntimeError, naming `caller` and ending with `advice`, when
-    entered while torch.compile traces: Dynamo cannot trace the environment
-    write, and the compiled graph reads the variable on every run anyway."""
+    entered while a tracer records a graph (torch.compile, torch.export,
+    make_fx, torch.fx.symbolic_trace, torch.jit.trace): the graph would not
+    keep the setting (Dynamo cannot trace the environment write; the others
+    record the operators without it), and the recorded operators read the
+    variable when the graph runs."""
+    # Dynamo's check stays here rather than in _tracer: from inside that
+    # helper, a torch.compile'd function without fullgraph raised this error
+    # instead of running the block eagerly after the graph break.
     if torch.compiler.is_compiling():
         raise RuntimeError(f"{caller}: cannot be used inside a torch.compile'd function (it sets the environment "
                            f"variable {name}, which compiled code cannot); {advice}")
-    previous = os.environ.get(name)
-    os.environ[name] = value
+    tracer = _tracer()
+    if tracer is not None:
+        raise RuntimeError(f"{caller}: cannot be used inside {tracer} (it sets the environment variable {name}, "
+                           f"which the traced graph does not keep); {advice}")
+    token = object()
+    with _lock:
+        blocks = _open.setdefault(name, [])
+        if not blocks:
+            _before[name] = os.environ.get(name)
+        blocks.append((token, value))
+        os.environ[name] = value
     try:
         yield
     finally:
-        if previous is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = previous
+        with _lock:
+            blocks.remove(next(block for block in blocks if block[0] is token))
+            if blocks:
+                os.environ[name] = blocks[-1][1]
+            elif _before[name] is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = _before[name]

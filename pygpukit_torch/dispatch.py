@@ -74,10 +74,15 @@ def force_kernel(kernel: Optional[str]) -> Iterator[None]:
             put the ``with`` block around the call of the compiled function.
             With ``fullgraph=True`` torch reports it as
             ``torch._dynamo.exc.Unsupported`` quoting this error; without,
-            Dynamo runs that code eagerly, where the block works.
+            Dynamo runs that code eagerly, where the block works. Also
+            entered while torch.export, make_fx, torch.fx.symbolic_trace or
+            torch.jit.trace records the function.
 
-    The override is process-wide (an environment variable), so it is not
-    meant for concurrent use from several threads. A kernel that cannot run
+    The override is process-wide (an environment variable): while the block
+    is open it applies to calls in every thread, so it is not meant for
+    concurrent use from several threads with different kernels (blocks that
+    overlap in threads and close out of order still restore the variable
+    correctly). A kernel that cannot run
     a given problem falls back to the automatic choice, except that with
     ``precision="ieee"`` any forced kernel but ``gemv`` runs the FMA kernel
     (tensor-core kernels do not compute in FP32); CPU tensors are not

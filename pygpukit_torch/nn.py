@@ -78,6 +78,28 @@ class TF32Linear(nn.Linear):
         self.activation = activation
         self.precision = precision
 
+    # unswap_linear_ puts back the module swap_linear_ replaced (kept in
+    # __dict__["_original_linear"]) only while it holds this module's very
+    # Parameters. Once they are replaced (reassigned, load_state_dict with
+    # assign=True, .to() while torch overwrites parameters on conversion), the
+    # original would only keep the old tensors alive: a second copy of the
+    # weight, possibly on another device.
+    def __setattr__(self, name: str, value) -> None:
+        super().__setattr__(name, value)
+        if name in ("weight", "bias"):
+            self._forget_stale_original()
+
+    def _apply(self, *args, **kwargs):
+        result = super()._apply(*args, **kwargs)
+        self._forget_stale_original()
+        return result
+
+    def _forget_stale_original(self) -> None:
+        original = self.__dict__.get("_original_linear")
+        if original is not None and any(original._parameters.get(name) is not self._parameters.get(name)
+                                        for name in ("weight", "bias")):
+            del self.__dict__["_original_linear"]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # The operator itself rather than the Python wrapper, so that
         # torch.jit.script can compile this module as it does nn.Linear.
@@ -112,8 +134,10 @@ def _around_same_parameters(cls, linear: nn.Linear, **attributes) -> nn.Linear:
     new = cls.__new__(cls)
     nn.Module.__init__(new)
     new.in_features, new.out_features = linear.in_features, linear.out_features
-    new.weight = linear.weight
-    new.bias = linear.bias
+    # Registered, as nn.Linear does (also a bias of None): a later plain
+    # tensor assigned to either is then refused, not kept outside state_dict.
+    new.register_parameter("weight", linear.weight)
+    new.register_parameter("bias", linear.bias)
     for name, value in attributes.items():
         setattr(new, name, value)
     new.train(linear.training)
@@ -230,10 +254,28 @@ def _unswappable_reason(module: nn.Linear, swap_subclasses: bool) -> Optional[st
         return "already a TF32Linear"
     if isinstance(module.weight, nn.parameter.UninitializedParameter):
         return "lazy layer not materialized yet (run one forward pass first)"
-    parametrized = nn.utils.parametrize.is_parametrized(module)
-    if type(module) is not nn.Linear and not swap_subclasses and not parametrized:
+    if (type(module) is not nn.Linear and not swap_subclasses
+            and not nn.utils.parametrize.is_parametrized(module)):
         return (f"subclass {type(module).__name__} of nn.Linear: its forward may differ "
                 "(swap_subclasses=True swaps it anyway)")
+    reason = _state_beyond_weight_and_bias(module)
+    if reason is not None:
+        return reason
+    if module.weight.device.type == "meta":
+        return "parameters on the meta device (load real weights first)"
+    dtypes = {module.weight.dtype} | ({module.bias.dtype} if module.bias is not None else set())
+    if dtypes != {torch.float32}:
+        return f"parameters of dtype {', '.join(sorted(str(d) for d in dtypes))}, not float32"
+    return None
+
+
+def _state_beyond_weight_and_bias(module: nn.Linear) -> Optional[str]:
+    """Why a new module around `module`'s weight and bias Parameters would
+    not carry all of its state, or None: a parametrization (pruning too),
+    other parameters, buffers or children, a weight or bias that is not a
+    Parameter, or module hooks. Asked both ways: of an nn.Linear before
+    swap_linear_ replaces it, of a TF32Linear before unswap_linear_ does."""
+    parametrized = nn.utils.parametrize.is_parametrized(module)
     extra = {name for name, _ in module.named_parameters(recurse=False)}
     extra |= {name for name, _ in module.named_buffers(recurse=False)}
     extra = sorted((extra - {"weight", "bias"}) | {name for name, _ in module.named_children()})
@@ -252,11 +294,6 @@ def _unswappable_reason(module: nn.Linear, swap_subclasses: bool) -> Optional[st
                 "e.g. weight_norm, a parametrization or a bias buffer)")
     if _has_hooks(module):
         return "has module hooks, which a new module would not carry over"
-    if module.weight.device.type == "meta":
-        return "parameters on the meta device (load real weights first)"
-    dtypes = {module.weight.dtype} | ({module.bias.dtype} if module.bias is not None else set())
-    if dtypes != {torch.float32}:
-        return f"parameters of dtype {', '.join(sorted(str(d) for d in dtypes))}, not float32"
     return None
 
 
@@ -424,7 +461,10 @@ def unswap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None) ->
     Parameters were reassigned since, a plain ``nn.Linear`` around its
     Parameters), and the original activation module back in place of the
     ``nn.Identity`` that activation fusion left. A TF32Linear with an activation that swap_linear_ did not
-    fuse has no module to restore it to and stays (a warning is logged).
+    fuse has no module to restore it to and stays (a warning is logged), and
+    so does one holding state that the restored module would drop: a
+    parametrization or pruning, other parameters or buffers, or module hooks
+    (e.g. added after the swap).
 
     The ``pygpukit_swap_report`` that swap_linear_ left on `model` is
     removed: it describes a swap that no longer holds.
@@ -437,6 +477,11 @@ def unswap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None) ->
     def restore(module: TF32Linear, fqn: str, parent: Optional[nn.Module], next_name: Optional[str]) -> nn.Module:
         if filter_fn is not None and not filter_fn(module, fqn):
             return module
+        # E.g. pruning, a parametrization or a hook added after the swap.
+        reason = _state_beyond_weight_and_bias(module)
+        if reason is not None:
+            log.warning("pygpukit unswap_linear_: kept TF32Linear %r: %s", fqn, reason)
+            return module
         if module.activation != "none":
             following = parent._modules.get(next_name) if parent is not None else None
             unfused = following.__dict__.get("_unfused_activation") if type(following) is nn.Identity else None
@@ -444,6 +489,7 @@ def unswap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None) ->
                 log.warning("pygpukit unswap_linear_: kept TF32Linear %r with activation %r: no activation "
                             "module to restore", fqn, module.activation)
                 return module
+            unfused.train(module.training)
             setattr(parent, next_name, unfused)
         if id(module) not in replacements:
             original = module.__dict__.get("_original_linear")

@@ -37,7 +37,12 @@ def _check_wrapper_args(op: str, precision, optional=(), **tensors) -> None:
     nested or quantized tensor (they fail in the dispatcher: "Could not run
     ... with arguments from the 'SparseCPU' backend"), a non-string
     precision (the schema's type check). `optional`: the names that may be
-    None."""
+    None. Under torch.fx.symbolic_trace (fx.Proxy arguments) only the
+    precision is checked: the graph records the operator, whose schema and
+    kernels check the tensors when it runs."""
+    if any(isinstance(t, torch.fx.Proxy) for t in tensors.values()):
+        _check_precision_type(op, precision)
+        return
     for name, t in tensors.items():
         if t is None and name in optional:
             continue

@@ -45,11 +45,17 @@ def default_precision(precision: Optional[str]) -> Iterator[None]:
             block around the call of the compiled function). With
             ``fullgraph=True`` torch reports it as
             ``torch._dynamo.exc.Unsupported`` quoting this error; without,
-            Dynamo runs that code eagerly, where the block works.
+            Dynamo runs that code eagerly, where the block works. Also
+            entered while torch.export, make_fx, torch.fx.symbolic_trace or
+            torch.jit.trace records the function: the graph would run
+            without the setting.
 
-    Process-wide (an environment variable, read on every call), so not meant
-    for concurrent use from several threads. Backward passes run after the
-    block use the precision in force when they run.
+    Process-wide (an environment variable, read on every call): while the
+    block is open it applies to calls in every thread, so it is not meant
+    for concurrent use from several threads with different precisions
+    (blocks that overlap in threads and close out of order still restore the
+    variable correctly). Backward passes run after the block use the
+    precision in force when they run.
     """
     if precision is None:
         yield

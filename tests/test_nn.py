@@ -3,13 +3,16 @@ structures, their report, and the rest of PyTorch (state_dict, optimizers,
 torch.compile, no_grad)."""
 
 import copy
+import gc
 import io
 import math
+import weakref
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.utils import parametrize, prune
 
 from pygpukit_torch import TF32Linear, swap_linear_, swapped_linear, unswap_linear_
 from pygpukit_torch.nn import MIN_SWAP_WEIGHT_ELEMENTS, default_policy
@@ -546,3 +549,69 @@ def test_swapped_model_under_autocast(device):
     torch.testing.assert_close(out, model[2](hidden.float()), rtol=0, atol=0)
     out.sum().backward()
     assert model[2].weight.grad.dtype == torch.float32 and model[0].weight.grad is not None
+
+
+@pytest.mark.parametrize("added", ["pruning", "parametrization", "forward_hook"])
+def test_unswap_keeps_a_layer_holding_state_a_linear_would_drop(added, caplog):
+    """Pruning, a parametrization or a hook added after the swap stays with
+    the TF32Linear (unswap_linear_ keeps it and says why) instead of being
+    dropped by a restored nn.Linear."""
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8))
+    swap_linear_(model, policy=None)
+    layer = model[0]
+    if added == "pruning":
+        prune.l1_unstructured(layer, "weight", amount=0.5)
+    elif added == "parametrization":
+        class Symmetric(nn.Module):
+            def forward(self, w):
+                return w.triu() + w.triu(1).T
+        parametrize.register_parametrization(layer, "weight", Symmetric())
+    else:
+        layer.register_forward_hook(lambda module, inputs, output: output * 2)
+    keys, x = sorted(model.state_dict()), torch.randn(3, 8)
+    ref = model(x)
+    unswap_linear_(model)
+    assert model[0] is layer and type(model[1]) is nn.Linear
+    assert "kept TF32Linear '0'" in caplog.text
+    assert sorted(model.state_dict()) == keys
+    torch.testing.assert_close(model(x), ref, rtol=TF32_MODEL_TOLERANCE, atol=TF32_MODEL_TOLERANCE)
+
+
+def test_swapped_layer_lets_go_of_replaced_parameters():
+    """Once a swapped layer's Parameters are replaced, the module kept for
+    unswap_linear_ no longer holds the old ones alive (a second copy of the
+    weight); unswap then builds an nn.Linear around the new ones."""
+    model = nn.Sequential(nn.Linear(64, 64))
+    old = weakref.ref(model[0].weight)
+    swap_linear_(model, policy=None)
+    state = {name: torch.zeros_like(value) for name, value in model.state_dict().items()}
+    model.load_state_dict(state, assign=True)
+    assert "_original_linear" not in model[0].__dict__
+    gc.collect()  # reference cycles first
+    assert old() is None
+    unswap_linear_(model)
+    assert type(model[0]) is nn.Linear and bool((model[0].weight == 0).all())
+    # Parameters changed in place (.to(), .cuda() by default) keep the original.
+    model = nn.Sequential(nn.Linear(64, 64))
+    first = model[0]
+    swap_linear_(model, policy=None)
+    model.to(torch.float32)
+    assert unswap_linear_(model)[0] is first
+
+
+def test_bias_free_layer_keeps_a_registered_bias_slot():
+    """As in nn.Linear, a bias of None is a registered parameter slot, so a
+    plain tensor assigned to it later is refused instead of being used in
+    forward but left out of state_dict."""
+    for layer in (TF32Linear.from_linear(nn.Linear(4, 4, bias=False)), TF32Linear(4, 4, bias=False).to_linear()):
+        assert "bias" in layer._parameters and layer.bias is None
+        with pytest.raises(TypeError):
+            layer.bias = torch.zeros(4)
+
+
+def test_unswap_restores_the_activation_in_the_layer_mode():
+    model = nn.Sequential(nn.Linear(200, 200), nn.GELU())
+    swap_linear_(model, policy=None, activation_fusion=True)
+    model.eval()
+    unswap_linear_(model)
+    assert type(model[1]) is nn.GELU and not model[1].training and not model[0].training

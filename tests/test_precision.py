@@ -449,3 +449,55 @@ def test_unknown_precision_names_the_choices(device):
     a = torch.randn(4, 4, device=device)
     with pytest.raises(ValueError, match="'tf32', 'tf32x3', 'ieee' or None, got 'fp64'"):
         matmul_tf32(a, a, precision="fp64")
+
+
+def test_blocks_closing_out_of_order_leave_no_setting_behind(monkeypatch):
+    """Overlapping blocks (e.g. in two threads) that close out of order: the
+    variable follows the latest block still open, then returns to what it
+    was before the first."""
+    monkeypatch.delenv("PYGPUKIT_PRECISION", raising=False)
+    first, second = pygpukit_torch.default_precision("tf32x3"), pygpukit_torch.default_precision("ieee")
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert os.environ["PYGPUKIT_PRECISION"] == "ieee"
+    second.__exit__(None, None, None)
+    assert "PYGPUKIT_PRECISION" not in os.environ
+    monkeypatch.setenv("PYGPUKIT_KERNEL", "fma")
+    with pygpukit_torch.force_kernel("mma_sync"):
+        with pygpukit_torch.force_kernel("wgmma"):
+            assert os.environ["PYGPUKIT_KERNEL"] == "wgmma"
+        assert os.environ["PYGPUKIT_KERNEL"] == "mma_sync"
+    assert os.environ["PYGPUKIT_KERNEL"] == "fma"
+
+
+def test_tracers_refuse_a_precision_block_inside_the_traced_code():
+    """make_fx and torch.jit.trace record the operator without the block's
+    setting: entering the block while they trace is an error naming the
+    tracer, not a graph that silently runs at another precision."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    x, eye = torch.randn(8, 8), torch.eye(8)
+
+    def f(a, b):
+        with pygpukit_torch.default_precision("ieee"):
+            return matmul_tf32(a, b)
+
+    with pytest.raises(RuntimeError, match="default_precision: cannot be used inside a function traced by make_fx"):
+        make_fx(f)(x, eye)
+    with pytest.raises(RuntimeError, match="cannot be used inside a function traced by torch.jit.trace"):
+        torch.jit.trace(f, (x, eye))
+    assert "PYGPUKIT_PRECISION" not in os.environ
+    # Outside the traced code the block works.
+    traced = make_fx(lambda a, b: matmul_tf32(a, b))(x, eye)
+    with pygpukit_torch.default_precision("ieee"):
+        assert torch.equal(traced(x, eye), matmul_tf32(x, eye, precision="ieee"))
+
+
+def test_wrappers_trace_under_fx_symbolic_trace():
+    class Model(torch.nn.Module):
+        def forward(self, a, b, w, bias):
+            return pygpukit_torch.linear_tf32(matmul_tf32(a, b, precision="ieee"), w, bias, activation="relu")
+
+    a, b, w, bias = torch.randn(4, 6), torch.randn(6, 5), torch.randn(3, 5), torch.randn(3)
+    graph = torch.fx.symbolic_trace(Model())
+    torch.testing.assert_close(graph(a, b, w, bias), Model()(a, b, w, bias), rtol=0, atol=0)
