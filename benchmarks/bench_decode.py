@@ -5,8 +5,8 @@ the same values in both, for pygpukit and torch.matmul (cuBLAS TF32),
 interleaved (_common.time_interleaved) over input sets larger than L2.
 
 Prints a Markdown table: microseconds per call (host time included), the
-ratio cuBLAS / ours for the row-major weight, the weight bytes per second
-that ours reaches there, relative error, and the kernel.
+ratio cuBLAS / ours for each weight layout, the weight bytes per second
+that ours reaches with the row-major weight, relative error, and the kernel.
 
     python benchmarks/bench_decode.py [--min-run-time 0.3]
 """
@@ -45,9 +45,9 @@ def main():
             err = rel_error(pygpukit_torch.matmul_tf32(x, w), x.double() @ w.double())
             rows.append([m, n, k, f"{us['ours nn']:.1f}", f"{us['ours nt']:.1f}", f"{us['cublas nn']:.1f}",
                          f"{us['cublas nt']:.1f}", f"{us['cublas nn'] / us['ours nn']:.2f}",
-                         f"{4 * k * n / us['ours nn'] / 1e3:.0f}", f"{err:.2e}", pygpukit_torch.kernel_info(x, w)])
+                         f"{us['cublas nt'] / us['ours nt']:.2f}", f"{4 * k * n / us['ours nn'] / 1e3:.0f}", f"{err:.2e}", pygpukit_torch.kernel_info(x, w)])
     columns = ["M", "N", "K", "ours x @ W (us)", "ours x @ Wt.T (us)", "cuBLAS x @ W (us)", "cuBLAS x @ Wt.T (us)",
-               "cuBLAS / ours (x @ W)", "W GB/s (ours, x @ W)", "rel. err (x @ W)", "kernel (x @ W)"]
+               "cuBLAS / ours (x @ W)", "cuBLAS / ours (x @ Wt.T)", "W GB/s (ours, x @ W)", "rel. err (x @ W)", "kernel (x @ W)"]
     print("\n".join(markdown_table(columns, rows)))
 
 
