@@ -27,12 +27,15 @@ def _tracer() -> Optional[str]:
         return "a function traced by torch.jit.trace"
     from torch.fx import _symbolic_trace
     from torch.fx.experimental import proxy_tensor
-    # Both helpers are internal to torch.fx (present since torch 2.1); where
-    # one is missing, that tracer goes undetected rather than failing here.
+    # These helpers are internal to torch.fx; where one is missing, that
+    # tracer goes undetected rather than failing here. Newer torch logs a
+    # deprecation warning from is_fx_tracing and offers
+    # is_fx_symbolic_tracing instead.
     get_proxy_mode = getattr(proxy_tensor, "get_proxy_mode", None)
     if get_proxy_mode is not None and get_proxy_mode() is not None:
         return "a function traced by make_fx or torch.export"
-    is_fx_tracing = getattr(_symbolic_trace, "is_fx_tracing", None)
+    is_fx_tracing = (getattr(_symbolic_trace, "is_fx_symbolic_tracing", None)
+                     or getattr(_symbolic_trace, "is_fx_tracing", None))
     if is_fx_tracing is not None and is_fx_tracing():
         return "a function traced by torch.fx.symbolic_trace"
     return None
@@ -57,8 +60,11 @@ def environment_variable(name: str, value: str, *, caller: str, advice: str = _A
     # helper, a torch.compile'd function without fullgraph raised this error
     # instead of running the block eagerly after the graph break.
     if torch.compiler.is_compiling():
-        raise RuntimeError(f"{caller}: cannot be used inside a torch.compile'd function (it sets the environment "
-                           f"variable {name}, which compiled code cannot); {advice}")
+        is_exporting = getattr(torch.compiler, "is_exporting", None)  # torch >= 2.6
+        where = ("a function traced by torch.export" if is_exporting is not None and is_exporting()
+                 else "a torch.compile'd function")
+        raise RuntimeError(f"{caller}: cannot be used inside {where} (it sets the environment variable {name}, "
+                           f"which compiled code cannot); {advice}")
     tracer = _tracer()
     if tracer is not None:
         raise RuntimeError(f"{caller}: cannot be used inside {tracer} (it sets the environment variable {name}, "

@@ -84,7 +84,13 @@ class TF32Linear(nn.Linear):
     # assign=True, .to() while torch overwrites parameters on conversion), the
     # original would only keep the old tensors alive: a second copy of the
     # weight, possibly on another device.
+    # Also: activation and precision are checked when set, as by the
+    # constructor, not first in the next forward.
     def __setattr__(self, name: str, value) -> None:
+        if name == "activation":
+            value = _check_options(value, None)
+        elif name == "precision":
+            _check_options("none", value)
         super().__setattr__(name, value)
         if name in ("weight", "bias"):
             self._forget_stale_original()

@@ -63,6 +63,8 @@ def _check_precision_type(op: str, precision) -> None:
     if precision is not None and not isinstance(precision, str):
         raise TypeError(f"{op}: precision must be one of {', '.join(map(repr, PRECISIONS))} or None, "
                         f"got {type(precision).__name__} {precision!r}")
+    if precision is not None and not _utf8(precision):
+        _check_precision(op, precision)  # the ValueError of an unknown precision
 
 
 def _activation_name(op: str, activation) -> str:
@@ -73,7 +75,21 @@ def _activation_name(op: str, activation) -> str:
     if not isinstance(activation, str):
         raise TypeError(f"{op}: activation must be one of {', '.join(map(repr, ACTIVATIONS))} or None, "
                         f"got {type(activation).__name__} {activation!r}")
+    if not _utf8(activation):
+        raise ValueError(f"{op}: unknown activation '{_printable(activation)}'; expected one of "
+                         + ", ".join(f"'{a}'" for a in ACTIVATIONS))
     return activation
+
+
+def _utf8(text: str) -> bool:
+    """Whether `text` can reach the operator: the schema's string arguments
+    refuse one that UTF-8 cannot encode (a lone surrogate) with a type error
+    naming neither the argument's value nor the choices."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = None) -> torch.Tensor:
@@ -209,7 +225,10 @@ def _matmul_shape(a: torch.Tensor, b: torch.Tensor) -> list:
 def _printable(text: str) -> str:
     """The C++ printable (csrc/error_format.h), for the fake implementations'
     messages: bytes that are not printable ASCII as \\xNN, the first 64 only."""
-    data = text.encode("utf-8", "surrogateescape")
+    try:
+        data = text.encode("utf-8", "surrogateescape")  # the bytes of an environment variable
+    except UnicodeEncodeError:
+        data = text.encode("utf-8", "surrogatepass")  # a lone surrogate outside that range
     shown = "".join(chr(b) if 0x20 <= b < 0x7F else f"\\x{b:02x}" for b in data[:64])
     return shown + "..." if len(data) > 64 else shown
 

@@ -89,6 +89,12 @@ def test_unknown_precision(device):
     with pytest.raises(ValueError) as info:
         matmul_tf32(a, a, precision="ieee\x00junk" + "z" * 10000)
     assert "got 'ieee\\x00junk" in str(info.value) and "...'" in str(info.value) and len(str(info.value)) < 300
+    # A string UTF-8 cannot encode (a lone surrogate): the same error, not the
+    # schema's type error naming neither the value nor the choices.
+    with pytest.raises(ValueError, match="precision must be .* got 'x\\\\xed\\\\xa0\\\\x80'"):
+        matmul_tf32(a, a, precision="x\ud800")
+    with pytest.raises(ValueError, match="unknown activation 'relu\\\\xed\\\\xa0\\\\x80'"):
+        linear_tf32(a, a, activation="relu\ud800")
 
 
 @pytest.mark.parametrize("device", DEVICES + ["meta"])

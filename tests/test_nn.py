@@ -615,3 +615,13 @@ def test_unswap_restores_the_activation_in_the_layer_mode():
     model.eval()
     unswap_linear_(model)
     assert type(model[1]) is nn.GELU and not model[1].training and not model[0].training
+
+
+def test_tf32linear_checks_activation_and_precision_when_set():
+    layer = TF32Linear(4, 4)
+    with pytest.raises(ValueError, match="unknown activation 'tanh'"):
+        layer.activation = "tanh"
+    with pytest.raises(ValueError, match="precision must be"):
+        layer.precision = "fp32"
+    layer.activation, layer.precision = None, "ieee"
+    assert layer.activation == "none" and layer.precision == "ieee"

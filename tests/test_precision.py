@@ -487,6 +487,14 @@ def test_tracers_refuse_a_precision_block_inside_the_traced_code():
     with pytest.raises(RuntimeError, match="cannot be used inside a function traced by torch.jit.trace"):
         torch.jit.trace(f, (x, eye))
     assert "PYGPUKIT_PRECISION" not in os.environ
+    # torch.export (Dynamo first) names itself too.
+    class Model(torch.nn.Module):
+        def forward(self, a, b):
+            return f(a, b)
+
+    with pytest.raises(Exception, match="default_precision: cannot be used inside a function traced by torch.export"):
+        torch.export.export(Model(), (x, eye))
+    assert "PYGPUKIT_PRECISION" not in os.environ
     # Outside the traced code the block works.
     traced = make_fx(lambda a, b: matmul_tf32(a, b))(x, eye)
     with pygpukit_torch.default_precision("ieee"):
