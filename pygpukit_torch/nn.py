@@ -295,9 +295,12 @@ def _state_beyond_weight_and_bias(module: nn.Linear) -> Optional[str]:
             value = getattr(module, name)
             if value is not None and not isinstance(value, nn.Parameter):
                 extra.append(f"{name} not a Parameter")
-    if extra or parametrized:
-        return (f"state beyond plain weight and bias Parameters ({', '.join(extra) or 'parametrized'}; "
-                "e.g. weight_norm, a parametrization or a bias buffer)")
+    if parametrized:  # named by what is parametrized, not by the container holding the parametrizations
+        extra = [f"a parametrization of {name}" for name in module.parametrizations] + [
+            name for name in extra if name != "parametrizations"]
+    if extra:
+        return (f"state beyond plain weight and bias Parameters ({', '.join(extra)}; "
+                "e.g. weight_norm, pruning or a bias buffer)")
     if _has_hooks(module):
         return "has module hooks, which a new module would not carry over"
     return None

@@ -127,7 +127,7 @@ def test_each_skip_reason():
     expected = {"lazy": "not materialized", "meta": "meta device", "float64": "torch.float64, not float32",
                 "half_bias": "torch.float16", "subclass": "swap_subclasses=True", "weight_norm": "weight_g",
                 "hooked": "hooks", "state_dict_hooked": "hooks",
-                "parametrized": "parametrization", "filtered": "excluded by filter_fn", "small": "small layer",
+                "parametrized": "a parametrization of weight", "filtered": "excluded by filter_fn", "small": "small layer",
                 "already": "already a TF32Linear", "bias_buffer": "bias not a Parameter"}
     assert sorted(reasons) == sorted(expected)
     for fqn, words in expected.items():
@@ -199,7 +199,7 @@ def test_swap_subclasses_opt_in(caplog):
     assert len(warned) == 1 and "'2' is a Scaled" in warned[0], warned
     # A parametrized Linear is a subclass too, but its weight is computed: never swapped.
     assert type(model[1]) is not TF32Linear
-    assert "parametrizations" in dict(model.pygpukit_swap_report.skipped)["1"]
+    assert "a parametrization of weight" in dict(model.pygpukit_swap_report.skipped)["1"]
 
 
 def test_materialized_lazy_linear_is_swapped():
