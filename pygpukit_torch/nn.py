@@ -78,15 +78,9 @@ class TF32Linear(nn.Linear):
         self.activation = activation
         self.precision = precision
 
-    # unswap_linear_ puts back the module swap_linear_ replaced (kept in
-    # __dict__["_original_linear"]) only while it holds this module's very
-    # Parameters. Once they are replaced (reassigned, load_state_dict with
-    # assign=True, .to() while torch overwrites parameters on conversion), the
-    # original would only keep the old tensors alive: a second copy of the
-    # weight, possibly on another device.
-    # Also: activation and precision are checked when set, as by the
-    # constructor, not first in the next forward.
     def __setattr__(self, name: str, value) -> None:
+        # Activation and precision are checked when set, as by the
+        # constructor, rather than first in the next forward.
         if name == "activation":
             value = _check_options(value, None)
         elif name == "precision":
@@ -101,6 +95,12 @@ class TF32Linear(nn.Linear):
         return result
 
     def _forget_stale_original(self) -> None:
+        # unswap_linear_ puts back the module swap_linear_ replaced (kept in
+        # __dict__["_original_linear"]) only while it holds this module's very
+        # Parameters. Once they are replaced (reassigned, load_state_dict with
+        # assign=True, .to() while torch overwrites parameters on conversion),
+        # the original would only keep the old tensors alive: a second copy of
+        # the weight, possibly on another device.
         original = self.__dict__.get("_original_linear")
         if original is not None and any(original._parameters.get(name) is not self._parameters.get(name)
                                         for name in ("weight", "bias")):
