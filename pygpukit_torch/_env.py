@@ -69,18 +69,18 @@ def environment_variable(name: str, value: str, *, caller: str, advice: str = _A
     if tracer is not None:
         raise RuntimeError(f"{caller}: cannot be used inside {tracer} (it sets the environment variable {name}, "
                            f"which the traced graph does not keep); {advice}")
-    token = object()
+    block = (object(), value)  # equal to no other block: tuples compare their objects by identity
     with _lock:
         blocks = _open.setdefault(name, [])
         if not blocks:
             _before[name] = os.environ.get(name)
-        blocks.append((token, value))
+        blocks.append(block)
         os.environ[name] = value
     try:
         yield
     finally:
         with _lock:
-            blocks.remove(next(block for block in blocks if block[0] is token))
+            blocks.remove(block)
             if blocks:
                 os.environ[name] = blocks[-1][1]
             elif _before[name] is None:

@@ -20,7 +20,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 import torch
 from torch import nn
 
-from .ops import ACTIVATIONS, _activation_name, _check_precision, _check_precision_type
+from .ops import ACTIVATIONS, _activation_name, _check_precision, _check_precision_type, _unknown_activation
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +33,7 @@ def _check_options(activation: Optional[str], precision: Optional[str], caller: 
     and the precision are known."""
     activation = _activation_name(caller, activation)
     if activation not in ACTIVATIONS:
-        raise ValueError(f"{caller}: unknown activation {activation!r}; expected one of "
-                         + ", ".join(repr(a) for a in ACTIVATIONS))
+        raise ValueError(_unknown_activation(caller, activation))
     _check_precision_type(caller, precision)
     _check_precision(caller, precision)
     return activation
@@ -285,19 +284,19 @@ def _state_beyond_weight_and_bias(module: nn.Linear) -> Optional[str]:
     extra = {name for name, _ in module.named_parameters(recurse=False)}
     extra |= {name for name, _ in module.named_buffers(recurse=False)}
     extra = sorted((extra - {"weight", "bias"}) | {name for name, _ in module.named_children()})
-    # A weight computed by a hook, or a bias registered as a buffer (a frozen
-    # bias): the TF32Linear would hold them as Parameters or plain
-    # attributes, changing the state_dict and what .to() converts. (Not
-    # asked of a parametrized module, a reason already, whose weight each
-    # getattr would compute.)
-    if not parametrized:
+    if parametrized:  # named by what is parametrized, not by the container holding the parametrizations
+        extra = [f"a parametrization of {name}" for name in module.parametrizations] + [
+            name for name in extra if name != "parametrizations"]
+    else:
+        # A weight computed by a hook, or a bias registered as a buffer (a
+        # frozen bias): the TF32Linear would hold them as Parameters or plain
+        # attributes, changing the state_dict and what .to() converts. (Not
+        # asked of a parametrized module, a reason already, whose weight each
+        # getattr would compute.)
         for name in ("weight", "bias"):
             value = getattr(module, name)
             if value is not None and not isinstance(value, nn.Parameter):
                 extra.append(f"{name} not a Parameter")
-    if parametrized:  # named by what is parametrized, not by the container holding the parametrizations
-        extra = [f"a parametrization of {name}" for name in module.parametrizations] + [
-            name for name in extra if name != "parametrizations"]
     if extra:
         return (f"state beyond plain weight and bias Parameters ({', '.join(extra)}; "
                 "e.g. weight_norm, pruning or a bias buffer)")

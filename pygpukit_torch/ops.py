@@ -76,9 +76,15 @@ def _activation_name(op: str, activation) -> str:
         raise TypeError(f"{op}: activation must be one of {', '.join(map(repr, ACTIVATIONS))} or None, "
                         f"got {type(activation).__name__} {activation!r}")
     if not _utf8(activation):
-        raise ValueError(f"{op}: unknown activation '{_printable(activation)}'; expected one of "
-                         + ", ".join(f"'{a}'" for a in ACTIVATIONS))
+        raise ValueError(_unknown_activation(op, activation))
     return activation
+
+
+def _unknown_activation(op: str, activation: str) -> str:
+    """The message for an activation name that is not one of ACTIVATIONS,
+    as the C++ parse_activation words it."""
+    return f"{op}: unknown activation '{_printable(activation)}'; expected one of " + ", ".join(
+        f"'{a}'" for a in ACTIVATIONS)
 
 
 def _utf8(text: str) -> bool:
@@ -341,9 +347,7 @@ def _(x, weight, bias=None, activation="none", *, precision=None):
     torch._check(bias is None or (bias.dim() == 1 and bias.shape[0] == weight.shape[0]),
                  lambda: f"linear_tf32: expected bias of shape [{weight.shape[0]}] (weight.size(0), the "
                          f"out_features), got shape {list(bias.shape)}")
-    torch._check_value(activation in ACTIVATIONS,
-                       lambda: f"linear_tf32: unknown activation '{_printable(activation)}'; expected one of "
-                               + ", ".join(f"'{a}'" for a in ACTIVATIONS))
+    torch._check_value(activation in ACTIVATIONS, lambda: _unknown_activation("linear_tf32", activation))
     _check_call_precision("linear_tf32", precision)
     # Contiguous, exactly like the CUDA and CPU kernels' results.
     return x.new_empty(tuple(x.shape[:-1]) + (weight.shape[0],))
