@@ -49,6 +49,7 @@ struct StageLoader {
   static constexpr int kPerRow = Tile::kCols / kWidth;
   static constexpr int kCopies = Tile::kRows * kPerRow / kThreads;
   static constexpr int kRowStep = kThreads / kPerRow;  // tile rows between copies
+  static constexpr uint32_t kAllCopies = kCopies == 32 ? ~0u : (1u << kCopies) - 1;  // in_bounds, all inside
   static_assert(kThreads % kPerRow == 0 && kCopies * kThreads == Tile::kRows * kPerRow &&
                     kCopies <= 32,
                 "each thread copies one column of the tile, kRowStep rows apart");
@@ -76,7 +77,7 @@ struct StageLoader {
       const int64_t left = mn_extent - (mn0 + c);
       mn_bytes = 4 * (left <= 0 ? 0 : left < kWidth ? int(left) : kWidth);
       r0_or_c = r0;
-      if (mn_bytes > 0) in_bounds = kCopies == 32 ? ~0u : (1u << kCopies) - 1;
+      if (mn_bytes > 0) in_bounds = kAllCopies;
     }
   }
 
@@ -108,7 +109,6 @@ struct StageLoader {
   __device__ __forceinline__ void load(float* stage, const float* gmem, int64_t ld, int64_t K,
                                        int64_t k_tile) const {
     constexpr int kBK = kKMajor ? Tile::kCols : Tile::kRows;
-    constexpr uint32_t kAllCopies = kCopies == 32 ? ~0u : (1u << kCopies) - 1;
     const int64_t k0 = k_tile * kBK;
     const float* src = first + (kKMajor ? k0 : k0 * ld);
     // A k-tile inside K of a tile whose copies all lie inside M (or N): every
