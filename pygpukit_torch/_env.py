@@ -58,13 +58,14 @@ def environment_variable(name: str, value: str, *, caller: str, advice: str = _A
     variable when the graph runs."""
     # Dynamo's check stays here rather than in _tracer: from inside that
     # helper, a torch.compile'd function without fullgraph raised this error
-    # instead of running the block eagerly after the graph break.
+    # instead of running the block eagerly after the graph break. The message
+    # names both users of Dynamo: which one traces cannot be told reliably
+    # from traced code (torch 2.11's Dynamo folds torch.compiler.is_exporting()
+    # to True under plain torch.compile as well).
     if torch.compiler.is_compiling():
-        is_exporting = getattr(torch.compiler, "is_exporting", None)  # torch >= 2.6
-        where = ("a function traced by torch.export" if is_exporting is not None and is_exporting()
-                 else "a torch.compile'd function")
-        raise RuntimeError(f"{caller}: cannot be used inside {where} (it sets the environment variable {name}, "
-                           f"which compiled code cannot); {advice}")
+        raise RuntimeError(f"{caller}: cannot be used inside a function compiled by torch.compile or traced by "
+                           f"torch.export (it sets the environment variable {name}, which compiled code cannot); "
+                           f"{advice}")
     tracer = _tracer()
     if tracer is not None:
         raise RuntimeError(f"{caller}: cannot be used inside {tracer} (it sets the environment variable {name}, "

@@ -216,7 +216,7 @@ def test_force_kernel_and_torch_compile(device):
             return matmul_tf32(x, y)
 
     before = os.environ.get("PYGPUKIT_KERNEL")
-    with pytest.raises(RuntimeError, match="force_kernel: cannot be used inside a torch.compile'd function"):
+    with pytest.raises(RuntimeError, match="force_kernel: cannot be used inside a function compiled by torch.compile or traced by torch.export"):
         torch.compile(f, backend="aot_eager", fullgraph=True)(a, b)
     assert os.environ.get("PYGPUKIT_KERNEL") == before
     with pygpukit_torch.force_kernel("fma"):

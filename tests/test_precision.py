@@ -383,7 +383,7 @@ def test_default_precision_and_torch_compile():
         with pygpukit_torch.default_precision("ieee"):
             return matmul_tf32(a, b)
 
-    with pytest.raises(RuntimeError, match="default_precision: cannot be used inside a torch.compile'd function.*"
+    with pytest.raises(RuntimeError, match="default_precision: cannot be used inside a function compiled by torch.compile or traced by torch.export.*"
                                            "pass precision='ieee'"):
         torch.compile(f, backend="aot_eager", fullgraph=True)(x, eye)
     assert "PYGPUKIT_PRECISION" not in os.environ
@@ -487,12 +487,12 @@ def test_tracers_refuse_a_precision_block_inside_the_traced_code():
     with pytest.raises(RuntimeError, match="cannot be used inside a function traced by torch.jit.trace"):
         torch.jit.trace(f, (x, eye))
     assert "PYGPUKIT_PRECISION" not in os.environ
-    # torch.export (Dynamo first) names itself too.
+    # torch.export (Dynamo first): the message names it.
     class Model(torch.nn.Module):
         def forward(self, a, b):
             return f(a, b)
 
-    with pytest.raises(Exception, match="default_precision: cannot be used inside a function traced by torch.export"):
+    with pytest.raises(Exception, match="default_precision: cannot be used inside a function compiled by torch.compile or traced by torch.export"):
         torch.export.export(Model(), (x, eye))
     assert "PYGPUKIT_PRECISION" not in os.environ
     # Outside the traced code the block works.
