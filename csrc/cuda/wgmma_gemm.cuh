@@ -46,9 +46,10 @@ __device__ __forceinline__ int swap_ab_fragment_offset(int c, int warp, int lane
 
 // Consumer warpgroup c: for each work tile of this block, the mainloop and
 // the epilogue of rows 64c..64c+63. The producer keeps loading the next
-// tile's first k-tiles while this runs the epilogue. stream_k_last: a word
-// of shared memory of this warpgroup (finish_stream_k_segment).
-template <class Cfg, class TileA, class TileB>
+// tile's first k-tiles while this runs the epilogue. kStreamK: this launch
+// runs its last wave stream-K (see wgmma_gemm_kernel); stream_k_last: a word of
+// shared memory of this warpgroup (finish_stream_k_segment).
+template <class Cfg, bool kStreamK, class TileA, class TileB>
 __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap* map_c,
                                         TileA tile_a, TileB tile_b, uint8_t* epilogue_smem,
                                         uint64_t* full, uint64_t* empty, uint64_t* full_b,
@@ -95,9 +96,9 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
   // slot (it % kStages) and phase (it / kStages) need no sign fix-ups.
   uint32_t it = 0;
   const int64_t cluster = blockIdx.x / Cfg::kClusterM, clusters = gridDim.x / Cfg::kClusterM;
-  const int64_t items = cluster_items<Cfg>(p, cluster, clusters);
+  const int64_t items = cluster_items<Cfg, kStreamK>(p, cluster, clusters);
   for (int64_t item = 0; item < items; ++item) {
-    const WorkTile tile = cluster_work<Cfg>(p, cluster, clusters, item, rank);
+    const WorkTile tile = cluster_work<Cfg, kStreamK>(p, cluster, clusters, item, rank);
     bool previous_released = true;  // the slot of k-tile kt - 1 (none before the first)
     if constexpr (kPromote > 0) {
       // -0 + x is x for every x (+0 + -0 would be +0): the first promotion's
@@ -318,7 +319,7 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
 
-    if constexpr (kPromote == 0) {
+    if constexpr (kStreamK) {
       // A stream-K segment: on unless it arrived last (then acc holds the tile).
       if (tile.tail >= 0 &&
           !finish_stream_k_segment<Cfg>(p, acc, tile, cluster, clusters, rank, c, stream_k_last))
@@ -346,11 +347,21 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
 #define PYGPUKIT_CLUSTER_DIMS(x)
 #endif
 
-template <class Cfg>
+// kStreamK: this launch runs its last wave stream-K (p.stream_k_iters > 0).
+// A kernel of its own: with the stream-K schedule's 64-bit divisions
+// (subroutine calls) in the same kernel, even behind a branch, ptxas no
+// longer kept the pipeline counter and barrier addresses on the uniform
+// datapath and the producer's TMA loop spilled (WgmmaSquare: 12 -> 96
+// bytes); 4095x4097x4099 ran 12% slower than before stream-K (H200,
+// session 18, builds timed alternately: 461-477 -> 534-541 us). With the
+// kernels apart: 487-501 against 516-540 us in the same runs; the
+// stream-K shapes and 4096^3 unchanged within the runs' spread.
+template <class Cfg, bool kStreamK>
 __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kThreads, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_a,
                       const __grid_constant__ CUtensorMap map_b,
                       const __grid_constant__ CUtensorMap map_c, const WgmmaParams p) {
+  static_assert(!kStreamK || Cfg::kPromoteKTiles == 0, "stream-K adds unpromoted sums");
 #if PYGPUKIT_SM90A_DEVICE
   extern __shared__ uint8_t smem_raw[];
   uint8_t* const smem = reinterpret_cast<uint8_t*>(
@@ -409,9 +420,9 @@ __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kTh
     auto walk = [&](auto&& load) {
       uint32_t it = 0;
       const int64_t cluster = blockIdx.x / Cfg::kClusterM, clusters = gridDim.x / Cfg::kClusterM;
-      const int64_t items = cluster_items<Cfg>(p, cluster, clusters);
+      const int64_t items = cluster_items<Cfg, kStreamK>(p, cluster, clusters);
       for (int64_t item = 0; item < items; ++item) {
-        const WorkTile tile = cluster_work<Cfg>(p, cluster, clusters, item, rank);
+        const WorkTile tile = cluster_work<Cfg, kStreamK>(p, cluster, clusters, item, rank);
         for (int kt = tile.k_begin; kt < tile.k_end; ++kt, ++it) load(it, tile, kt);
       }
     };
@@ -468,8 +479,9 @@ __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kTh
     ptx::setmaxnreg_inc<232>();
     const int c = warpgroup - 1;
     __shared__ uint32_t stream_k_last[Cfg::kConsumers];
-    consume<Cfg>(p, &map_c, tile_a, tile_b, epilogue_smem + c * 2 * Cfg::kEpilogueBufferBytes,
-                 full, empty, full_b, empty_b, rank, c, lane, &stream_k_last[c]);
+    consume<Cfg, kStreamK>(p, &map_c, tile_a, tile_b,
+                           epilogue_smem + c * 2 * Cfg::kEpilogueBufferBytes, full, empty, full_b,
+                           empty_b, rank, c, lane, &stream_k_last[c]);
   }
   // No block may exit while a peer can still multicast into its shared
   // memory or arrive on its barriers.
@@ -483,20 +495,27 @@ __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kTh
 
 
 
+// Lets wgmma_gemm_kernel<Cfg, kStreamK> use its shared memory (once per
+// device).
+template <class Cfg, bool kStreamK>
+cudaError_t allow_kernel_smem() {
+  static std::atomic<uint64_t> smem_configured{0};
+  return allow_dynamic_smem(reinterpret_cast<const void*>(wgmma_gemm_kernel<Cfg, kStreamK>),
+                            Cfg::kSmemBytes, smem_configured);
+}
+
 // The persistent grid's clusters for `works` work items: one per resident
-// slot (cached per device), at most one per item. Also lets the kernel use
-// its shared memory, which the residency query needs first.
+// slot (cached per device), at most one per item. The residency of the
+// whole-tiles kernel, which the stream-K one shares (same threads, shared
+// memory and launch bounds).
 template <class Cfg>
 cudaError_t grid_clusters(int64_t works, int64_t* clusters) {
-  auto kernel = wgmma_gemm_kernel<Cfg>;
-  static std::atomic<uint64_t> smem_configured{0};
-  const cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel),
-                                             Cfg::kSmemBytes, smem_configured);
+  const cudaError_t err = allow_kernel_smem<Cfg, false>();  // the query needs it first
   if (err != cudaSuccess) return err;
   static std::array<std::atomic<int>, 64> resident{};
   *clusters = std::min<int64_t>(
-      works, resident_clusters(reinterpret_cast<const void*>(kernel), Cfg::kThreads,
-                               Cfg::kSmemBytes, Cfg::kClusterM, resident));
+      works, resident_clusters(reinterpret_cast<const void*>(wgmma_gemm_kernel<Cfg, false>),
+                               Cfg::kThreads, Cfg::kSmemBytes, Cfg::kClusterM, resident));
   return cudaSuccess;
 }
 
@@ -643,9 +662,19 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
   }
   // Programmatic dependent launch: the launch and prologue overlap the
   // previous kernel's tail, and the reduction's launch overlaps ours.
-  err = launch_kernel<wgmma_detail::wgmma_gemm_kernel<Cfg>>(
-      dim3(unsigned(clusters * Cfg::kClusterM)), dim3(Cfg::kThreads), Cfg::kSmemBytes, stream,
-      map_a, map_b, map_c, params);
+  auto launch = [&](auto stream_k) {
+    constexpr bool kStreamK = decltype(stream_k)::value;
+    if (kStreamK) {
+      const cudaError_t smem_err = wgmma_detail::allow_kernel_smem<Cfg, kStreamK>();
+      if (smem_err != cudaSuccess) return smem_err;
+    }
+    return launch_kernel<wgmma_detail::wgmma_gemm_kernel<Cfg, kStreamK>>(
+        dim3(unsigned(clusters * Cfg::kClusterM)), dim3(Cfg::kThreads), Cfg::kSmemBytes, stream,
+        map_a, map_b, map_c, params);
+  };
+  if constexpr (Cfg::kPromoteKTiles == 0)
+    err = params.stream_k_iters > 0 ? launch(std::true_type{}) : launch(std::false_type{});
+  else err = launch(std::false_type{});
   if (err != cudaSuccess || splits == 1) return err;
   return launch_splitk_reduce(partials, splits, p.M, p.N, ldp, p.C, p.ldc, p.epilogue, stream);
 }

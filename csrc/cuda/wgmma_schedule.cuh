@@ -101,10 +101,10 @@ __host__ __device__ __forceinline__ int64_t stream_k_begin(const WgmmaParams& p,
 // Work items of cluster `cluster` of the grid's `clusters`: every
 // clusters-th item; with stream-K, its share of the whole items, then the
 // segments (one or two: a range is shorter than a tile) of its range.
-template <class Cfg>
+template <class Cfg, bool kStreamK>
 __device__ __forceinline__ int64_t cluster_items(const WgmmaParams& p, int64_t cluster,
                                                  int64_t clusters) {
-  if (p.stream_k_iters == 0) {
+  if constexpr (!kStreamK) {
     const int64_t works = work_count<Cfg>(p);
     return cluster < works ? (works - 1 - cluster) / clusters + 1 : 0;
   }
@@ -119,10 +119,10 @@ __device__ __forceinline__ int64_t cluster_items(const WgmmaParams& p, int64_t c
 // a tile's segments to arrive adds them all, in k order, and runs the
 // epilogue. Nobody waits on anybody: correct whichever clusters are
 // resident at once, and reproducible (the order of the sums is fixed).
-template <class Cfg>
+template <class Cfg, bool kStreamK>
 __device__ __forceinline__ WorkTile cluster_work(const WgmmaParams& p, int64_t cluster,
                                                  int64_t clusters, int64_t i, uint32_t rank) {
-  if (p.stream_k_iters == 0 || i < p.stream_k_whole / clusters)
+  if (!kStreamK || i < p.stream_k_whole / clusters)
     return work_tile<Cfg>(p, cluster + i * clusters, rank);
   const int64_t k_tiles = ceil_div(p.K, Cfg::BK);
   const int64_t g0 = stream_k_begin(p, cluster, clusters);
