@@ -348,11 +348,11 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
 #endif
 
 // kStreamK: this launch runs its last wave stream-K (p.stream_k_iters > 0).
-// A kernel of its own: with the stream-K schedule's 64-bit divisions
-// (subroutine calls) in the same kernel, even behind a branch, ptxas no
-// longer kept the pipeline counter and barrier addresses on the uniform
+// A kernel of its own: with the stream-K code (the schedule's index math,
+// finish_stream_k_segment) in the same kernel, even behind a branch, ptxas
+// no longer kept the pipeline counter and barrier addresses on the uniform
 // datapath and the producer's TMA loop spilled (WgmmaSquare: 12 -> 96
-// bytes); 4095x4097x4099 ran 12% slower than before stream-K (H200,
+// bytes; the whole-tiles kernel now 44); 4095x4097x4099 ran 12% slower than before stream-K (H200,
 // session 18, builds timed alternately: 461-477 -> 534-541 us). With the
 // kernels apart: 487-501 against 516-540 us in the same runs; the
 // stream-K shapes and 4096^3 unchanged within the runs' spread.
@@ -478,10 +478,14 @@ __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kTh
   } else {
     ptx::setmaxnreg_inc<232>();
     const int c = warpgroup - 1;
-    __shared__ uint32_t stream_k_last[Cfg::kConsumers];
+    uint32_t* stream_k_last = nullptr;
+    if constexpr (kStreamK) {
+      __shared__ uint32_t last[Cfg::kConsumers];
+      stream_k_last = &last[c];
+    }
     consume<Cfg, kStreamK>(p, &map_c, tile_a, tile_b,
                            epilogue_smem + c * 2 * Cfg::kEpilogueBufferBytes, full, empty, full_b,
-                           empty_b, rank, c, lane, &stream_k_last[c]);
+                           empty_b, rank, c, lane, stream_k_last);
   }
   // No block may exit while a peer can still multicast into its shared
   // memory or arrive on its barriers.
@@ -506,8 +510,9 @@ cudaError_t allow_kernel_smem() {
 
 // The persistent grid's clusters for `works` work items: one per resident
 // slot (cached per device), at most one per item. The residency of the
-// whole-tiles kernel, which the stream-K one shares (same threads, shared
-// memory and launch bounds).
+// whole-tiles kernel, which the stream-K one shares (same threads, dynamic
+// shared memory and launch bounds; its 8-16 bytes of static shared memory
+// more change nothing at one block per SM).
 template <class Cfg>
 cudaError_t grid_clusters(int64_t works, int64_t* clusters) {
   const cudaError_t err = allow_kernel_smem<Cfg, false>();  // the query needs it first
@@ -664,10 +669,8 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
   // previous kernel's tail, and the reduction's launch overlaps ours.
   auto launch = [&](auto stream_k) {
     constexpr bool kStreamK = decltype(stream_k)::value;
-    if (kStreamK) {
-      const cudaError_t smem_err = wgmma_detail::allow_kernel_smem<Cfg, kStreamK>();
-      if (smem_err != cudaSuccess) return smem_err;
-    }
+    const cudaError_t smem_err = wgmma_detail::allow_kernel_smem<Cfg, kStreamK>();
+    if (smem_err != cudaSuccess) return smem_err;
     return launch_kernel<wgmma_detail::wgmma_gemm_kernel<Cfg, kStreamK>>(
         dim3(unsigned(clusters * Cfg::kClusterM)), dim3(Cfg::kThreads), Cfg::kSmemBytes, stream,
         map_a, map_b, map_c, params);

@@ -39,7 +39,8 @@ struct WgmmaParams {
   // kSwapKMajor all of its 32 x 32 boxes) and the B tile's (kSplit3: its
   // three parts'); with kOwnStagesB, A's in A's ring and B's in B's.
   int stage_tx_bytes, stage_tx_bytes_b;
-  // Stream-K for the last wave (stream_k_iters > 0, see cluster_work): the
+  // Stream-K for the last wave (stream_k_iters > 0, run by
+  // wgmma_gemm_kernel<Cfg, true>; see cluster_work): the
   // first stream_k_whole work items run whole, the k-tiles of the rest
   // (stream_k_iters in all) are cut into one equal range per cluster of the
   // grid. Partial sums and the tail tiles' arrival counters (zeroed before
@@ -99,19 +100,22 @@ __host__ __device__ __forceinline__ int64_t stream_k_begin(const WgmmaParams& p,
 }
 
 // Work items of cluster `cluster` of the grid's `clusters`: every
-// clusters-th item; with stream-K, its share of the whole items, then the
+// clusters-th item; with kStreamK, its share of the whole items, then the
 // segments (one or two: a range is shorter than a tile) of its range.
+// kStreamK needs p.stream_k_iters > 0 (it would find no items otherwise and
+// leave C unwritten): launch_wgmma_gemm chooses the kernel by it.
 template <class Cfg, bool kStreamK>
 __device__ __forceinline__ int64_t cluster_items(const WgmmaParams& p, int64_t cluster,
                                                  int64_t clusters) {
   if constexpr (!kStreamK) {
     const int64_t works = work_count<Cfg>(p);
     return cluster < works ? (works - 1 - cluster) / clusters + 1 : 0;
+  } else {
+    const int64_t k_tiles = ceil_div(p.K, Cfg::BK);
+    const int64_t g0 = stream_k_begin(p, cluster, clusters);
+    const int64_t g1 = stream_k_begin(p, cluster + 1, clusters);
+    return p.stream_k_whole / clusters + (g1 > g0 ? (g1 - 1) / k_tiles - g0 / k_tiles + 1 : 0);
   }
-  const int64_t k_tiles = ceil_div(p.K, Cfg::BK);
-  const int64_t g0 = stream_k_begin(p, cluster, clusters);
-  const int64_t g1 = stream_k_begin(p, cluster + 1, clusters);
-  return p.stream_k_whole / clusters + (g1 > g0 ? (g1 - 1) / k_tiles - g0 / k_tiles + 1 : 0);
 }
 
 // Item i of cluster `cluster`: a whole tile, or a segment of a tail tile.
@@ -122,25 +126,28 @@ __device__ __forceinline__ int64_t cluster_items(const WgmmaParams& p, int64_t c
 template <class Cfg, bool kStreamK>
 __device__ __forceinline__ WorkTile cluster_work(const WgmmaParams& p, int64_t cluster,
                                                  int64_t clusters, int64_t i, uint32_t rank) {
-  if (!kStreamK || i < p.stream_k_whole / clusters)
+  if constexpr (!kStreamK) {
     return work_tile<Cfg>(p, cluster + i * clusters, rank);
-  const int64_t k_tiles = ceil_div(p.K, Cfg::BK);
-  const int64_t g0 = stream_k_begin(p, cluster, clusters);
-  const int64_t g1 = stream_k_begin(p, cluster + 1, clusters);
-  const int slot = int(i - p.stream_k_whole / clusters);
-  const int64_t t = g0 / k_tiles + slot;
-  const int64_t tile_begin = t * k_tiles, tile_end = tile_begin + k_tiles;
-  WorkTile tile = work_tile<Cfg>(p, p.stream_k_whole + t, rank);
-  tile.k_begin = int(max(g0, tile_begin) - tile_begin);
-  tile.k_end = int(min(g1, tile_end) - tile_begin);
-  tile.tail = t;
-  tile.slot = slot;
-  // The clusters whose ranges hold k-tile g: c with begin(c) <= g, i.e.
-  // c * iters < (g + 1) * clusters, up to ceil((g + 1) * clusters / iters) - 1.
-  auto owner = [&](int64_t g) { return ceil_div((g + 1) * clusters, p.stream_k_iters) - 1; };
-  tile.first_cluster = owner(tile_begin);
-  tile.segments = int(owner(tile_end - 1) - tile.first_cluster + 1);
-  return tile;
+  } else {
+    if (i < p.stream_k_whole / clusters) return work_tile<Cfg>(p, cluster + i * clusters, rank);
+    const int64_t k_tiles = ceil_div(p.K, Cfg::BK);
+    const int64_t g0 = stream_k_begin(p, cluster, clusters);
+    const int64_t g1 = stream_k_begin(p, cluster + 1, clusters);
+    const int slot = int(i - p.stream_k_whole / clusters);
+    const int64_t t = g0 / k_tiles + slot;
+    const int64_t tile_begin = t * k_tiles, tile_end = tile_begin + k_tiles;
+    WorkTile tile = work_tile<Cfg>(p, p.stream_k_whole + t, rank);
+    tile.k_begin = int(max(g0, tile_begin) - tile_begin);
+    tile.k_end = int(min(g1, tile_end) - tile_begin);
+    tile.tail = t;
+    tile.slot = slot;
+    // The clusters whose ranges hold k-tile g: c with begin(c) <= g, i.e.
+    // c * iters < (g + 1) * clusters, up to ceil((g + 1) * clusters / iters) - 1.
+    auto owner = [&](int64_t g) { return ceil_div((g + 1) * clusters, p.stream_k_iters) - 1; };
+    tile.first_cluster = owner(tile_begin);
+    tile.segments = int(owner(tile_end - 1) - tile.first_cluster + 1);
+    return tile;
+  }
 }
 
 #if PYGPUKIT_SM90A_DEVICE
