@@ -20,12 +20,28 @@ at::Tensor round_to_tf32(const at::Tensor& x) {
   return at::where(x.isfinite(), rounded, x);
 }
 
+// x with each broadcast dimension (stride 0, e.g. from expand) cut to one
+// element: the elementwise rounding and the float64 copies below then cost
+// the operand's real data, not its broadcast size (a weight expanded over a
+// batch of 64 took 64 full copies per temporary), and expanding the results
+// back gives at::matmul the same stride-0 operands torch.matmul sees.
+at::Tensor without_broadcast(const at::Tensor& x) {
+  at::Tensor compact = x;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (x.stride(d) == 0 && x.size(d) > 1) compact = compact.narrow(d, 0, 1);
+  return compact;
+}
+
 }  // namespace
 
-at::Tensor emulated_matmul(const at::Tensor& a, const at::Tensor& b, Precision precision) {
-  if (precision == Precision::kIEEE) return at::matmul(a.to(at::kDouble), b.to(at::kDouble));
+at::Tensor emulated_matmul(const at::Tensor& a_in, const at::Tensor& b_in, Precision precision) {
+  const at::Tensor a = without_broadcast(a_in), b = without_broadcast(b_in);
+  auto as_a = [&](const at::Tensor& t) { return t.expand(a_in.sizes()); };
+  auto as_b = [&](const at::Tensor& t) { return t.expand(b_in.sizes()); };
+  if (precision == Precision::kIEEE)
+    return at::matmul(as_a(a.to(at::kDouble)), as_b(b.to(at::kDouble)));
   if (precision == Precision::kTF32)
-    return at::matmul(round_to_tf32(a).to(at::kDouble), round_to_tf32(b).to(at::kDouble));
+    return at::matmul(as_a(round_to_tf32(a).to(at::kDouble)), as_b(round_to_tf32(b).to(at::kDouble)));
   // 3xTF32: (big, big for the corrections, small) of each operand. As in the
   // CUDA split (tf32_split.cuh), a finite x that rounds past FLT_MAX is
   // truncated instead, so that big stays finite and x - big exact, and its
@@ -47,7 +63,8 @@ at::Tensor emulated_matmul(const at::Tensor& a, const at::Tensor& b, Precision p
   };
   const auto [a_big, a_corr, a_small] = split(a);
   const auto [b_big, b_corr, b_small] = split(b);
-  return at::matmul(a_small, b_corr) + at::matmul(a_corr, b_small) + at::matmul(a_big, b_big);
+  return at::matmul(as_a(a_small), as_b(b_corr)) + at::matmul(as_a(a_corr), as_b(b_small)) +
+         at::matmul(as_a(a_big), as_b(b_big));
 }
 
 }  // namespace pygpukit

@@ -20,7 +20,8 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 import torch
 from torch import nn
 
-from .ops import ACTIVATIONS, _activation_name, _check_precision, _check_precision_type, _unknown_activation
+from .ops import (ACTIVATIONS, _activation_name, _check_precision, _check_precision_type, _check_wrapper_args,
+                  _unknown_activation)
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,12 @@ class TF32Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # The operator itself rather than the Python wrapper, so that
-        # torch.jit.script can compile this module as it does nn.Linear.
+        # torch.jit.script can compile this module as it does nn.Linear. In
+        # Python, the wrapper's check of x first: nn.Linear takes nested and
+        # sparse inputs, and without it a swapped layer failed on them in
+        # the dispatcher ("Could not run ... 'SparseCPU' backend").
+        if not torch.jit.is_scripting():
+            _check_input(x)
         return torch.ops.pygpukit.linear_tf32(x, self.weight, self.bias, self.activation, precision=self.precision)
 
     def extra_repr(self) -> str:
@@ -130,6 +136,13 @@ class TF32Linear(nn.Linear):
         """A plain nn.Linear around the same Parameter objects (the fused
         activation, if any, is not part of it)."""
         return _around_same_parameters(nn.Linear, self)
+
+
+@torch.jit.unused
+def _check_input(x: torch.Tensor) -> None:
+    """TF32Linear's input: a dense, non-nested, unquantized tensor, or a
+    RuntimeError naming the layer and what x is."""
+    _check_wrapper_args("TF32Linear", None, input=x)
 
 
 def _around_same_parameters(cls, linear: nn.Linear, **attributes) -> nn.Linear:

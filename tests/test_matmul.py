@@ -503,3 +503,29 @@ def test_stream_k_in_a_cuda_graph_and_on_two_streams():
     torch.cuda.synchronize()
     for out in outs:
         assert torch.equal(out, eager)
+
+
+def test_cpu_emulation_keeps_broadcast_operands_unexpanded():
+    # A weight expand()ed over a batch is one weight of data: the CPU
+    # emulation rounds and converts only that, and hands at::matmul the
+    # stride-0 views as torch.matmul gets them. It used to materialize every
+    # temporary at the broadcast size (here 64 x 512 x 512 float64, 128 MB
+    # each, ~1 GB at the peak of tf32x3). Measured in a fresh process, by its
+    # peak resident memory (Linux: KB) around the calls.
+    import subprocess
+    import sys
+    code = """
+import resource, torch, pygpukit_torch
+w = torch.randn(512, 512); x = torch.randn(64, 1, 512)
+pygpukit_torch.matmul_tf32(x[:2], w.expand(2, 512, 512), precision="tf32x3")
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+ref = x.double() @ w.double()
+for precision in ("ieee", "tf32", "tf32x3"):
+    y = pygpukit_torch.matmul_tf32(x, w.expand(64, 512, 512), precision=precision)
+    assert y.shape == (64, 1, 512), y.shape
+    assert float((y.double() - ref).norm() / ref.norm()) < (1e-3 if precision == "tf32" else 1e-6)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout.split()[-1]) < 200, f"peak grew by {out.stdout.split()[-1]} MB"

@@ -625,3 +625,21 @@ def test_tf32linear_checks_activation_and_precision_when_set():
         layer.precision = "fp32"
     layer.activation, layer.precision = None, "ieee"
     assert layer.activation == "none" and layer.precision == "ieee"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_swapped_layer_names_inputs_it_cannot_take(device):
+    # nn.Linear takes nested and sparse inputs; the swapped layer refuses
+    # them with the wrapper's message, not the dispatcher's "Could not run".
+    model = swap_linear_(nn.Sequential(nn.Linear(256, 256)).to(device))
+    assert isinstance(model[0], TF32Linear)
+    rows = [torch.randn(3, 256, device=device), torch.randn(5, 256, device=device)]
+    with pytest.raises(RuntimeError, match="TF32Linear: nested tensors are not supported, got a nested tensor for input"):
+        model(torch.nested.nested_tensor(rows, layout=torch.jagged))
+    with pytest.raises(RuntimeError, match="TF32Linear: nested tensors are not supported"):
+        model(torch.nested.nested_tensor(rows))
+    with pytest.raises(RuntimeError, match="TF32Linear: expected dense \\(strided\\) tensors, got input with layout torch.sparse_coo"):
+        model(torch.randn(4, 256, device=device).to_sparse())
+    # Dense inputs still run, and scripting still compiles the layer.
+    x = torch.randn(4, 256, device=device)
+    assert torch.equal(torch.jit.script(model[0])(x), model(x))
