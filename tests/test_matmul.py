@@ -505,6 +505,49 @@ def test_stream_k_in_a_cuda_graph_and_on_two_streams():
         assert torch.equal(out, eager)
 
 
+# Run in a fresh process by the test below: every product's kernels launch
+# there for the first time inside the capture, with no warm-up call.
+FIRST_LAUNCH_IN_CAPTURE = """
+import torch, pygpukit_torch
+torch.manual_seed(0)
+cases = {
+    "stream-K": (torch.randn(8192, 1024, device="cuda"), torch.randn(1024, 8192, device="cuda")),
+    "packed stream-K": (torch.randn(2500, 3001, device="cuda"), torch.randn(3001, 1799, device="cuda")),
+    "split-K": (torch.randn(64, 4096, device="cuda"), torch.randn(4096, 4096, device="cuda").mT),
+    "decode m16": (torch.randn(16, 4096, device="cuda"), torch.randn(4096, 4096, device="cuda").mT),
+    "decode m1": (torch.randn(1, 4096, device="cuda"), torch.randn(4096, 4096, device="cuda")),
+}
+for name, (a, b) in cases.items():
+    info = pygpukit_torch.kernel_info(a, b)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = pygpukit_torch.matmul_tf32(a, b)
+    a.copy_(torch.randn_like(a))
+    captured.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = a.double() @ b.double()
+    error = float((captured.double() - ref).norm() / ref.norm())
+    assert error < 1e-3, (name, info, error)
+    assert torch.equal(captured, pygpukit_torch.matmul_tf32(a, b)), (name, info)
+    print(name, "|", info, "|", error)
+"""
+
+
+@requires_cuda
+def test_first_launch_inside_a_cuda_graph_capture():
+    """Captured with no warm-up call, as a user's first step can be: each
+    kernel's first launch in a process (which sets its shared-memory limit
+    and, on the Hopper path, queries how many clusters fit) happens while the
+    stream captures. The replay, on fresh inputs, must give the eager
+    result. A fresh process, so that nothing ran before."""
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", FIRST_LAUNCH_IN_CAPTURE], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 def test_cpu_emulation_keeps_broadcast_operands_unexpanded():
     # A weight expand()ed over a batch is one weight of data: the CPU
     # emulation rounds and converts only that, and hands at::matmul the
