@@ -505,6 +505,38 @@ def test_stream_k_in_a_cuda_graph_and_on_two_streams():
         assert torch.equal(out, eager)
 
 
+@requires_cuda
+@pytest.mark.parametrize("case,packed", [("k4100_nt", "A and B"), ("k4104_nt", None), ("a_16_bytes_off", "A"),
+                                         ("k4100_nn", "A and B")])
+def test_square_tiles_pack_rows_off_the_sectors(case, packed):
+    """The 128 x 128 wgmma tiles read K-major operands in place only where
+    every row starts on a 32-byte sector (ld a multiple of 8 floats, base
+    pointer 32-byte aligned); rows that TMA could read but that sit 16 bytes
+    off (K = 4100, a pointer 16 bytes in) are packed first. Which operands
+    the dispatcher packs, and the values against float64 with a poisoned
+    output."""
+    if not kernel_runs_here("wgmma"):
+        pytest.skip("the wgmma kernel does not run on this GPU or build")
+    torch.manual_seed(0)
+    m, n = 4095, 4097
+    if case == "k4100_nt":
+        a, b = torch.randn(m, 4100, device="cuda"), torch.randn(n, 4100, device="cuda").mT
+    elif case == "k4104_nt":
+        a, b = torch.randn(m, 4104, device="cuda"), torch.randn(n, 4104, device="cuda").mT
+    elif case == "a_16_bytes_off":  # ld 4104 on the sectors, the base pointer 16 bytes past one
+        a = torch.randn(m * 4104 + 4, device="cuda")[4:].view(m, 4104)
+        b = torch.randn(n, 4104, device="cuda").mT
+    else:  # B row-major with 4097 columns: packed on these tiles anyway
+        a, b = torch.randn(m, 4100, device="cuda"), torch.randn(4100, n, device="cuda")
+    info = pygpukit_torch.kernel_info(a, b)
+    if not info.startswith("wgmma 128x128x32"):
+        pytest.skip(f"not the 128 x 128 tiles on this GPU: {info}")
+    assert ("after packing" in info) == (packed is not None), info
+    if packed is not None:
+        assert f"after packing {packed} K-major" in info, info
+    assert_matmul_close(run(a, b), a, b)
+
+
 # Run in a fresh process by the test below: every product's kernels launch
 # there for the first time inside the capture, with no warm-up call.
 FIRST_LAUNCH_IN_CAPTURE = """
