@@ -29,8 +29,8 @@ LinearShapes check_linear_args(const at::Tensor& x, const at::Tensor& weight,
               ", weight with layout ", weight.layout(),
               b ? std::string(" and bias with layout ") + c10::str(b->layout()) : "");
   TORCH_CHECK(x.device() == weight.device() && (!b || b->device() == x.device()),
-              "linear_tf32: expected x, weight", b ? " and bias" : "",
-              " on the same device, got x on ", x.device().str(), ", weight on ",
+              "linear_tf32: expected ", b ? "x, weight and bias" : "x and weight",
+              " on the same device, got x on ", x.device().str(), b ? ", weight on " : " and weight on ",
               weight.device().str(), b ? " and bias on " + b->device().str() : "");
 
   LinearShapes s;

@@ -20,10 +20,15 @@ at::Tensor linear_tf32_cpu(const at::Tensor& x, const at::Tensor& weight,
   check_linear_args(x, weight, bias);
   const Activation act = parse_activation(activation, "linear_tf32");
   const Precision p = parse_precision(precision, "linear_tf32");
-  // Bias and activation in float64 on the float64 product, then one rounding
-  // to float32: at least as accurate as the GPU's FP32 epilogue.
+  // The bias in float64 on the float64 product, rounded to float32 as the
+  // GPU's FP32 epilogue holds it before the activation: a pre-activation
+  // beyond float32's range is then +-inf there too, which GELU and SiLU turn
+  // into NaN as torch's do (applied in float64, they made -6e38 a finite
+  // -0.0). The activation in float64, then one more rounding: at least as
+  // accurate as the GPU's FP32 epilogue.
   at::Tensor y = emulated_matmul(x, weight.t(), p);
   if (bias.has_value()) y = y + bias->to(at::kDouble);
+  if (act != Activation::kNone) y = y.to(at::kFloat).to(at::kDouble);
   return apply_activation(y, act).to(at::kFloat).contiguous();
 }
 

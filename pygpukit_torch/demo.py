@@ -97,8 +97,9 @@ def main(argv=None):
             try:
                 encode, model, what = load_minilm(args.device)
             except ImportError as e:
-                print(f"Pretrained model unavailable ({e}); falling back to random weights.")
                 encode, model, what = load_random_bert(args.device)
+                # Said once the fallback loaded: without transformers it too fails (below).
+                print(f"Pretrained model unavailable ({e}); using random weights instead.")
     except ImportError as e:
         # Without transformers there is no model at all: name the extras.
         parser.exit(1, f"The demo needs its extras ({e}): pip install --no-build-isolation -e \".[demo]\" "

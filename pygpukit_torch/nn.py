@@ -128,8 +128,20 @@ class TF32Linear(nn.Linear):
     def from_linear(cls, linear: nn.Linear, *, activation: Optional[str] = "none",
                     precision: Optional[str] = None) -> "TF32Linear":
         """A TF32Linear around the very same Parameter objects as `linear`
-        (tied weights stay tied; optimizers holding them keep working)."""
-        activation = _check_options(activation, precision)
+        (tied weights stay tied; optimizers holding them keep working). It
+        computes nn.Linear's forward: a subclass's own forward is not run.
+
+        Raises:
+            ValueError: `linear` holds what the new module would not carry or
+                cannot compute (lazy, parametrized or pruned weights, other
+                parameters, buffers or children, module hooks, a dtype other
+                than float32), or an unknown activation or precision.
+            TypeError: an activation or precision that is not a string (or None).
+        """
+        activation = _check_options(activation, precision, caller="TF32Linear.from_linear")
+        reason = _unwrappable_reason(linear)
+        if reason is not None:
+            raise ValueError(f"TF32Linear.from_linear: cannot stand in for this {type(linear).__name__}: {reason}")
         return _around_same_parameters(cls, linear, activation=activation, precision=precision)
 
     def to_linear(self) -> nn.Linear:
@@ -267,20 +279,31 @@ def _parent_reason(parent: Optional[nn.Module], table: Dict[type, str]) -> Optio
 
 
 def _unswappable_reason(module: nn.Linear, swap_subclasses: bool) -> Optional[str]:
-    """Why a TF32Linear could not stand in for `module` faithfully, or None."""
+    """Why swap_linear_ leaves `module` alone, or None: what from_linear
+    refuses (_unwrappable_reason), and an nn.Linear subclass (unless
+    swap_subclasses), a TF32Linear already, or parameters on the meta device."""
     if isinstance(module, TF32Linear):
         return "already a TF32Linear"
-    if isinstance(module.weight, nn.parameter.UninitializedParameter):
-        return "lazy layer not materialized yet (run one forward pass first)"
-    if (type(module) is not nn.Linear and not swap_subclasses
+    lazy = isinstance(module.weight, nn.parameter.UninitializedParameter)
+    if (not lazy and type(module) is not nn.Linear and not swap_subclasses
             and not nn.utils.parametrize.is_parametrized(module)):
         return (f"subclass {type(module).__name__} of nn.Linear: its forward may differ "
                 "(swap_subclasses=True swaps it anyway)")
+    reason = _unwrappable_reason(module)
+    if reason is None and module.weight.device.type == "meta":
+        return "parameters on the meta device (load real weights first)"
+    return reason
+
+
+def _unwrappable_reason(module: nn.Linear) -> Optional[str]:
+    """Why a TF32Linear around `module`'s weight and bias Parameters would
+    not compute what it does, or None: a lazy layer, state beyond those
+    Parameters (_state_beyond_weight_and_bias), a dtype other than float32."""
+    if isinstance(module.weight, nn.parameter.UninitializedParameter):
+        return "lazy layer not materialized yet (run one forward pass first)"
     reason = _state_beyond_weight_and_bias(module)
     if reason is not None:
         return reason
-    if module.weight.device.type == "meta":
-        return "parameters on the meta device (load real weights first)"
     dtypes = {module.weight.dtype} | ({module.bias.dtype} if module.bias is not None else set())
     if dtypes != {torch.float32}:
         return f"parameters of dtype {', '.join(sorted(str(d) for d in dtypes))}, not float32"

@@ -7,11 +7,9 @@ CUDA kernels, csrc/autograd.cpp for the derivatives); this file only adds what
 PyTorch wants in Python.
 
 The fake implementations make the C++ checks with the same exception types and
-messages, so a bad call on meta tensors fails as it does on real ones. The
-environment variables (PYGPUKIT_PRECISION, PYGPUKIT_ALLOW_TF32) are the
-exception: the ops read them when they run, so a bad value raises where a
-call runs on real tensors (a compiled graph: at run time), never on meta
-tensors or while tracing. While
+messages, so a bad call on meta tensors fails as it does on real ones; that
+includes a bad PYGPUKIT_PRECISION, which they read as the ops do
+(PYGPUKIT_ALLOW_TF32 takes any value). While
 torch.compile traces, Dynamo reports any such error as
 ``torch._dynamo.exc.TorchRuntimeError`` (a RuntimeError) quoting it, e.g.
 ``got ValueError("matmul_tf32: precision must be ...")``.
@@ -338,8 +336,10 @@ def _(x, weight, bias=None, activation="none", *, precision=None):
     torch._check(all(t.dtype == torch.float32 for t in tensors),
                  lambda: f"linear_tf32: expected float32 tensors, got dtypes {[t.dtype for t in tensors]}")
     torch._check(all(t.device == x.device for t in tensors),
-                 lambda: f"linear_tf32: expected x, weight and bias on the same device, got "
-                         f"{[str(t.device) for t in tensors]}")
+                 lambda: (f"linear_tf32: expected x, weight and bias on the same device, got x on {x.device}, "
+                          f"weight on {weight.device} and bias on {bias.device}") if bias is not None else
+                 f"linear_tf32: expected x and weight on the same device, got x on {x.device} and weight on "
+                 f"{weight.device}")
     torch._check(x.shape[-1] == weight.shape[1],
                  lambda: f"linear_tf32: x's last dimension must equal weight's in_features: x has shape "
                          f"{list(x.shape)} and weight has shape {list(weight.shape)} (x.size(-1) = "

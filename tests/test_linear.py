@@ -131,6 +131,20 @@ def test_activation_of_special_values(device, kernel, activation):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("precision", ["tf32", "ieee"])
+@pytest.mark.parametrize("activation", ACTS)
+def test_activation_of_a_product_beyond_float32(device, precision, activation):
+    # The first output, 3e38 * -1 twice, is -6e38: -inf in float32, which
+    # the activation must see as torch's does (GELU and SiLU give NaN, ReLU
+    # 0). The CPU path applied it to the float64 -6e38 and returned -0.0.
+    x = torch.tensor([[3e38, 3e38], [1.0, 2.0]], device=device)
+    w = torch.tensor([[-1.0, -1.0], [0.5, 0.25]], device=device)
+    out = run(x, w, None, activation, precision=precision)
+    expected = ACTIVATIONS[activation]((x.double() @ w.double().T).float().double()).float()
+    torch.testing.assert_close(out, expected, rtol=1e-3, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_matches_matmul_tf32_bitwise_without_epilogue(device):
     x = torch.randn(3, 50, 64, device=device)
     w, _ = layer(64, 40, False, device)

@@ -257,6 +257,26 @@ def test_tf32linear_module():
     assert TF32Linear.from_linear(nn.Linear(6, 5), activation=None).activation == "none"
 
 
+def test_from_linear_refuses_what_it_would_not_carry():
+    # As swap_linear_ skips them, TF32Linear.from_linear refuses layers whose
+    # state the new module would not carry or compute; it used to drop hooks
+    # silently, take float64 weights, and fail on parametrized ones with
+    # nn.Module's "cannot assign 'torch.FloatTensor' object to parameter".
+    hooked = nn.Linear(4, 3)
+    hooked.register_forward_hook(lambda m, i, o: o * 0)
+    cases = [(nn.LazyLinear(3), "not materialized"),
+             (nn.utils.parametrizations.weight_norm(nn.Linear(4, 3)), "a parametrization of weight"),
+             (prune.l1_unstructured(nn.Linear(4, 3), "weight", 0.5), "weight_orig"),
+             (nn.Linear(4, 3).double(), "torch.float64, not float32"),
+             (hooked, "hooks")]
+    for linear, words in cases:
+        with pytest.raises(ValueError, match=f"TF32Linear.from_linear: cannot stand in for this "
+                                             f"{type(linear).__name__}: .*{words}"):
+            TF32Linear.from_linear(linear)
+    # A layer on the meta device (weights loaded later) is wrapped.
+    assert TF32Linear.from_linear(nn.Linear(4, 3, device="meta")).weight.is_meta
+
+
 # ---- activation fusion -------------------------------------------------------------------------
 
 def fusable_mlp():
