@@ -36,6 +36,9 @@ SHAPES = (
     [("square", n, n, n, "nn") for n in (1024, 2048, 4096, 8192, 16384)]
     + [("llm", 8192, 4096, 4096, "nn"), ("llm", 8192, 14336, 4096, "nn"), ("llm", 8192, 4096, 14336, "nn")]
     + [("odd", 4095, 4097, 4099, "nn"), ("odd linear", 4097, 4099, 4095, "nt")]
+    # Rows 16-byte aligned but off the 32-byte sectors (in_features = 4100),
+    # which the 128 x 128 tiles pack first (docs: "Rows off the sectors").
+    + [("odd", 4097, 4099, 4100, "nt")]
     + [("decode", m, n, k, "nt") for m in (1, 16) for n, k in DECODE_WEIGHTS]
     + [("decode", 128, 4096, 4096, "nt")]
     # x @ W with the weight stored [in, out] (GPT-2's Conv1D): B row-major.
