@@ -667,7 +667,7 @@ bool sector_aligned(const float* ptr, int64_t rows, int64_t ld, int64_t batch,
 // kSwapKMajor ones), except A's 3xTF32 parts for the WgmmaSplit3 ones.
 // WgmmaSquare also packs K-major operands whose rows are off the 32-byte
 // sectors (e.g. K = 4100): its mainloop, which loads the most operand bytes
-// per MMA, ran 10-18% slower on them than packs plus the GEMM on the packed
+// per MMA, took 10-22% longer on them than packs plus the GEMM on the packed
 // rows (H200, session 19, nt, M x N x K: 4095 x 4097 x 4099 with rows of
 // 4100 floats 640-659 -> 524-538 us, 4097 x 4099 x 4100 694 -> 631,
 // 3000 x 4097 x 4100 493 -> 413, 2000 x 3000 x 4100 254 -> 225, 4095 x 4097
