@@ -562,7 +562,6 @@ for name, (a, b) in cases.items():
     error = float((captured.double() - ref).norm() / ref.norm())
     assert error < 1e-3, (name, info, error)
     assert torch.equal(captured, pygpukit_torch.matmul_tf32(a, b)), (name, info)
-    print(name, "|", info, "|", error)
 """
 
 

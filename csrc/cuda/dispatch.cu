@@ -652,23 +652,14 @@ cudaError_t launch_staging(const GemmProblem& p, const Staging& s, uint8_t* ws,
   return err;
 }
 
-// Whether every row of an operand starts on a 32-byte L2 sector: base
-// pointer, leading dimension (unless one row) and batch stride (unless one
-// entry). TMA needs only 16 bytes; off the sectors each 128-byte box row
-// touches five sectors instead of four.
-bool sector_aligned(const float* ptr, int64_t rows, int64_t ld, int64_t batch,
-                    int64_t batch_stride) {
-  return reinterpret_cast<uintptr_t>(ptr) % 32 == 0 && (rows == 1 || ld % 8 == 0) &&
-         (batch == 1 || batch_stride % 8 == 0);
-}
-
 // What the wgmma kernel `k` needs packed: nothing for the kSwapAB
 // configurations, which read B in place (row-major, or K-major for the
 // kSwapKMajor ones), except A's 3xTF32 parts for the WgmmaSplit3 ones.
-// WgmmaSquare also packs K-major operands whose rows are off the 32-byte
-// sectors (e.g. K = 4100): its mainloop, which loads the most operand bytes
-// per MMA, took 10-22% longer on them than packs plus the GEMM on the packed
-// rows (H200, session 19, nt, M x N x K: 4095 x 4097 x 4099 with rows of
+// WgmmaSquare also packs K-major operands whose rows are off the 32-byte L2
+// sectors (e.g. K = 4100; TMA needs only 16 bytes, and each 128-byte box row
+// of such an operand touches five sectors instead of four): its mainloop,
+// which loads the most operand bytes per MMA, took 10-22% longer on them
+// than packs plus the GEMM on the packed rows (H200, session 19, nt, M x N x K: 4095 x 4097 x 4099 with rows of
 // 4100 floats 640-659 -> 524-538 us, 4097 x 4099 x 4100 694 -> 631,
 // 3000 x 4097 x 4100 493 -> 413, 2000 x 3000 x 4100 254 -> 225, 4095 x 4097
 // x 1500 250 -> 216; nn 4095 x 4097 x 4100, A in place, 624 -> 515). Rows on
@@ -685,8 +676,8 @@ Staging wgmma_staging(const GemmProblem& p, Kernel k) {
   if (is_wgmma_swap_ab_tf32(k)) return Staging{};
   Staging s = plan_staging(p, /*for_wgmma=*/true, /*tf32x3=*/false);
   if (k == Kernel::kWgmmaSquare) {
-    s.pack_a = s.pack_a || !sector_aligned(p.A, p.M, p.lda, p.batch, p.batch_stride_a);
-    s.pack_b = s.pack_b || !sector_aligned(p.B, p.N, p.ldb, p.batch, p.batch_stride_b);
+    s.pack_a = s.pack_a || !rows_aligned(p.A, p.M, p.lda, p.batch, p.batch_stride_a, 32);
+    s.pack_b = s.pack_b || !rows_aligned(p.B, p.N, p.ldb, p.batch, p.batch_stride_b, 32);
     s = sized_staging(s, p);
   }
   return s;

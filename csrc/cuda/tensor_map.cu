@@ -33,10 +33,11 @@ EncodeTiled encode_tiled() {
 
 }  // namespace
 
-bool tma_compatible(const float* ptr, int64_t rows, int64_t ld, int64_t batch,
-                    int64_t batch_stride) {
-  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (rows == 1 || ld % 4 == 0) &&
-         (batch == 1 || batch_stride % 4 == 0);
+bool rows_aligned(const float* ptr, int64_t rows, int64_t ld, int64_t batch, int64_t batch_stride,
+                  int bytes) {
+  const int floats = bytes / 4;
+  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0 && (rows == 1 || ld % floats == 0) &&
+         (batch == 1 || batch_stride % floats == 0);
 }
 
 bool encode_matrix(CUtensorMap* map, CUtensorMapDataType type, const float* ptr, int64_t rows,

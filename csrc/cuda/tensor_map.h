@@ -7,11 +7,20 @@
 
 namespace pygpukit {
 
-// Whether TMA can address a row-major matrix in place: 16-byte aligned base,
-// and row and batch strides that are multiples of 16 bytes (a stride that is
-// never used, for one row or one batch entry, does not count).
-bool tma_compatible(const float* ptr, int64_t rows, int64_t ld, int64_t batch,
-                    int64_t batch_stride);
+// Whether every row of a row-major matrix (element (b, r, c) at
+// b * batch_stride + r * ld + c) starts `bytes`-aligned, `bytes` a multiple
+// of 4: the base, and row and batch strides that are multiples of `bytes`
+// (a stride that is never used, for one row or one batch entry, does not
+// count).
+bool rows_aligned(const float* ptr, int64_t rows, int64_t ld, int64_t batch, int64_t batch_stride,
+                  int bytes);
+
+// Whether TMA can address a row-major matrix in place: its rows 16-byte
+// aligned.
+inline bool tma_compatible(const float* ptr, int64_t rows, int64_t ld, int64_t batch,
+                           int64_t batch_stride) {
+  return rows_aligned(ptr, rows, ld, batch, batch_stride, 16);
+}
 
 // A row-major matrix X[batch][rows][cols] (element (r, c) at
 // r * ld + c, batch entries batch_stride apart; batch_stride 0 broadcasts)
