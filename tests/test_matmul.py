@@ -47,6 +47,28 @@ def test_large_shapes_cuda(m, n, k, kernel):
 
 
 @requires_cuda
+@pytest.mark.parametrize("config,tile", [("mma_sync_large", "128x256x32"), ("mma_sync_medium", "128x128x32"),
+                                         ("mma_sync_small", "64x64x32")])
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_mma_sync_interior_and_edge_tiles(config, tile, layout):
+    """16-byte-aligned operands whose output tiles lie partly inside M and N
+    and partly on their edges, with a K tail and a batch of two: interior
+    tiles run the unpredicated mainloop for all but their last k-tiles, edge
+    tiles the predicated one. Which loop runs is decided per threadblock; a
+    per-thread choice split warps between the loops on edge tiles and hung."""
+    batch, m, n, k = 2, 300, 520, 1000  # multiples of 4, not of any tile
+    a = torch.randn(batch, m, k, device="cuda") if layout[0] == "n" else \
+        torch.randn(batch, k, m, device="cuda").transpose(1, 2)
+    b = torch.randn(batch, k, n, device="cuda") if layout[1] == "n" else \
+        torch.randn(batch, n, k, device="cuda").transpose(1, 2)
+    with pygpukit_torch.force_kernel(config):
+        info = pygpukit_torch.kernel_info(a, b)
+        assert info.startswith(f"mma_sync {tile}") and "16-byte loads" in info, info
+        out = run(a, b)
+    assert_matmul_close(out, a, b)
+
+
+@requires_cuda
 @pytest.mark.parametrize("m,n,k", [(256, 256, 256), (1024, 1024, 1024), (4096, 4096, 4096),
                                    (4095, 4097, 4099), (2048, 512, 8192)])
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])

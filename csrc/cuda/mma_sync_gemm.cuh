@@ -103,32 +103,28 @@ struct StageLoader {
     }
   }
 
+  // Copies k-tile `k_tile`, which lies inside K, of a tile that lies inside
+  // M (or N): no bound, zero-fill count or stand-in address, the copies'
+  // sources one pointer stepped by kRowStep rows.
+  __device__ __forceinline__ void load_inside(float* stage, int64_t ld, int k_tile) const {
+    static_assert(kVec16, "only the 16-byte path has an interior loop (see the kernel)");
+    constexpr int kBK = kKMajor ? Tile::kCols : Tile::kRows;
+    const int64_t k0 = int64_t(k_tile) * kBK;
+    const float* src = first + (kKMajor ? k0 : k0 * ld);
+    const int64_t step = kRowStep * ld;
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i, src += step) ptx::cp_async_16(chunk(stage, i), src);
+  }
+
   // Copies k-tile `k_tile` of an operand with K columns (K-major) or rows
-  // into `stage`. gmem, the operand's base, is the address of copies that
-  // read nothing: cp.async wants a legal one even then.
+  // into `stage`, zero-filling what lies outside the operand. gmem, the
+  // operand's base, is the address of copies that read nothing: cp.async
+  // wants a legal one even then.
   __device__ __forceinline__ void load(float* stage, const float* gmem, int64_t ld, int64_t K,
                                        int64_t k_tile) const {
     constexpr int kBK = kKMajor ? Tile::kCols : Tile::kRows;
     const int64_t k0 = k_tile * kBK;
     const float* src = first + (kKMajor ? k0 : k0 * ld);
-    // A k-tile inside K of a tile whose copies all lie inside M (or N): every
-    // copy reads its whole chunk, so none needs a bound, a zero-fill count or
-    // a stand-in address; the copies' sources are one pointer stepped by
-    // kRowStep rows. The predicated path below took ~80 of the 128x256
-    // mainloop's ~340 instructions per k-tile and warp (static SASS, sm_90a;
-    // 342 -> ~258 with this path); on the H200 forced mma_sync gained 10% at
-    // 4096^3 nn and 12% at 8192^3 nn. Only with 16-byte copies: on the 4-byte
-    // path (4x the copies) it raised MmaSyncSmall's registers from 168 to
-    // 208, one block per SM fewer.
-    if constexpr (kVec16) {
-      if (in_bounds == kAllCopies && k0 + kBK <= K && (kKMajor || mn_bytes == 4 * kWidth)) {
-        const int64_t step = kRowStep * ld;
-#pragma unroll
-        for (int i = 0; i < kCopies; ++i, src += step)
-          ptx::cp_async_16(chunk(stage, i), src);
-        return;
-      }
-    }
     int k_bytes = mn_bytes;  // K-major: this thread's column against K, the same for every copy
     if constexpr (kKMajor) {
       const int64_t left = K - (k0 + r0_or_c);
@@ -225,8 +221,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // Stage kt % kStages is read and (kt + kStages - 1) % kStages written:
     // counters stepped each k-tile rather than a 64-bit remainder each.
     int stage = 0, next_stage = Cfg::kStages - 1;
-    for (int64_t kt = 0; kt < k_tiles; ++kt, stage = stage + 1 == Cfg::kStages ? 0 : stage + 1,
-                 next_stage = next_stage + 1 == Cfg::kStages ? 0 : next_stage + 1) {
+    // One k-tile: wait for stage kt, round it, multiply it, and issue the
+    // copies of k-tile kt + kStages - 1 through load_next(next).
+    auto k_tile_step = [&](auto kt, auto load_next) {
       ptx::cp_async_wait<Cfg::kStages - 2>();
       float* const sa = smem_a + stage * TileA::kFloats;
       float* const sb = smem_b + stage * TileB::kFloats;
@@ -235,15 +232,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // every warp finished reading stage kt - 1, which the next load
       // overwrites.
       __syncthreads();
-      // The next stage's copies go out after the first k8 step's MMAs, so
-      // that their address arithmetic overlaps those MMAs (H200, standalone
-      // harness, 4096^3 / 8192^3 nn: 115.3 / 118.3 -> 120.4 / 124.4 TFLOP/s;
-      // nt within 1%).
-      const int64_t next = kt + Cfg::kStages - 1;
-      auto load_next = [&]() {
-        if (next < k_tiles) load_stage(next, next_stage);
-        ptx::cp_async_commit();
-      };
 
 #pragma unroll
       for (int kk = 0; kk < Cfg::BK; kk += 8) {
@@ -287,7 +275,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         for (int i = 0; i < MI; ++i)
 #pragma unroll
           for (int j = 0; j < NI; ++j) ptx::mma_m16n8k8_tf32(acc[i][j], a[i], b[j]);
-        if (kk == 0) load_next();
+        // The next stage's copies go out after the first k8 step's MMAs, so
+        // that their address arithmetic overlaps those MMAs (H200, standalone
+        // harness, 4096^3 / 8192^3 nn: 115.3 / 118.3 -> 120.4 / 124.4
+        // TFLOP/s; nt within 1%).
+        if (kk == 0) {
+          load_next(kt + Cfg::kStages - 1);
+          ptx::cp_async_commit();
+        }
       }
       if constexpr (Cfg::kPromoteKTiles > 0) {
         if ((kt + 1) % Cfg::kPromoteKTiles == 0 || kt + 1 == k_tiles) {
@@ -302,7 +297,43 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
               }
         }
       }
+      stage = stage + 1 == Cfg::kStages ? 0 : stage + 1;
+      next_stage = next_stage + 1 == Cfg::kStages ? 0 : next_stage + 1;
+    };
+
+    // The k-tiles whose next copies all lie inside the operands run a loop
+    // of their own with load_inside and 32-bit counters. With the
+    // predicated loader in the same loop (even behind a branch to an
+    // unpredicated path), ptxas kept A's fragments in one register quad, so
+    // each group of four MMAs waited on the ldmatrix issued right before it;
+    // without it the hot loop is 210 instead of 380 static instructions per
+    // k-tile (nt; nn 234 against 454) with the fragment loads several MMAs
+    // ahead, at the cost of 1-4 spill reloads per k-tile (SASS, sm_90a,
+    // MmaSyncLarge). H200, forced, against head in alternate processes:
+    // nt +4% (4096^3) to +7% (8192^3), nn within 1%, 2048^3 nn +5%.
+    // Only with 16-byte copies: on the 4-byte path (4x the copies) an
+    // unpredicated path raised MmaSyncSmall's registers from 168 to 208, one
+    // block per SM fewer.
+    // Which loop a k-tile takes must be the same for the whole threadblock
+    // (both loops hold __syncthreads, ldmatrix and mma.sync, which need
+    // whole warps): it follows from the tile's place, not from a thread's
+    // own copies (with that, threads of one warp split between the loops
+    // on edge tiles and the block hung).
+    int kt_inside = 0;
+    if constexpr (kVec16) {
+      int inside_steps = 0;
+      if (m0 + Cfg::BM <= p.M && n0 + Cfg::BN <= p.N && p.K / Cfg::BK <= INT32_MAX)
+        inside_steps = int(p.K / Cfg::BK) - (Cfg::kStages - 1);
+      for (; kt_inside < inside_steps; ++kt_inside)
+        k_tile_step(kt_inside, [&](int next) {
+          loader_a.load_inside(smem_a + next_stage * TileA::kFloats, p.lda, next);
+          loader_b.load_inside(smem_b + next_stage * TileB::kFloats, p.ldb, next);
+        });
     }
+    for (int64_t kt = kt_inside; kt < k_tiles; ++kt)
+      k_tile_step(kt, [&](int64_t next) {
+        if (next < k_tiles) load_stage(next, next_stage);
+      });
     ptx::cp_async_wait<0>();
     const auto& result = Cfg::kPromoteKTiles > 0 ? total : acc;
 
