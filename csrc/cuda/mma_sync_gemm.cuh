@@ -222,8 +222,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // counters stepped each k-tile rather than a 64-bit remainder each.
     int stage = 0, next_stage = Cfg::kStages - 1;
     // One k-tile: wait for stage kt, round it, multiply it, and issue the
-    // copies of k-tile kt + kStages - 1 through load_next(next).
-    auto k_tile_step = [&](auto kt, auto load_next) {
+    // copies of k-tile kt + kStages - 1, unpredicated where `inside`
+    // (std::true_type) says that k-tile and the whole tile lie inside the
+    // operands. A tag rather than a loader lambda: passing a closure that
+    // refers to the counters raised MmaSyncSmall's registers from 168 to
+    // 209 (sm_90a, 4-byte copies), one block per SM fewer.
+    auto k_tile_step = [&](auto kt, auto inside) {
       ptx::cp_async_wait<Cfg::kStages - 2>();
       float* const sa = smem_a + stage * TileA::kFloats;
       float* const sb = smem_b + stage * TileB::kFloats;
@@ -280,7 +284,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // harness, 4096^3 / 8192^3 nn: 115.3 / 118.3 -> 120.4 / 124.4
         // TFLOP/s; nt within 1%).
         if (kk == 0) {
-          load_next(kt + Cfg::kStages - 1);
+          const auto next = kt + Cfg::kStages - 1;
+          if constexpr (decltype(inside)::value) {
+            loader_a.load_inside(smem_a + next_stage * TileA::kFloats, p.lda, next);
+            loader_b.load_inside(smem_b + next_stage * TileB::kFloats, p.ldb, next);
+          } else if (next < k_tiles) {
+            load_stage(next, next_stage);
+          }
           ptx::cp_async_commit();
         }
       }
@@ -306,14 +316,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // predicated loader in the same loop (even behind a branch to an
     // unpredicated path), ptxas kept A's fragments in one register quad, so
     // each group of four MMAs waited on the ldmatrix issued right before it;
-    // without it the hot loop is 210 instead of 380 static instructions per
-    // k-tile (nt; nn 234 against 454) with the fragment loads several MMAs
-    // ahead, at the cost of 1-4 spill reloads per k-tile (SASS, sm_90a,
-    // MmaSyncLarge). H200, forced, against head in alternate processes:
-    // nt +4% (4096^3) to +7% (8192^3), nn within 1%, 2048^3 nn +5%.
+    // without it the hot loop is 222 instead of 380 static instructions per
+    // k-tile (MmaSyncLarge, nt; nn 240 against 454, tn 288 / 445, tt 269 /
+    // 411; the other tiles alike), with the fragment loads several MMAs
+    // ahead and no spill reloads (SASS, sm_90a). H200, forced, against the
+    // single loop in alternate processes: nt +4% (4096^3) to +7% (8192^3),
+    // nn within 1%, 2048^3 nn (MmaSyncMedium) +5%. MmaSyncSmall's 16-byte
+    // variants need 168-180 registers instead of 140-150: on Hopper
+    // tn / nt get two 128-thread blocks per SM instead of three (not timed).
+    //
     // Only with 16-byte copies: on the 4-byte path (4x the copies) an
     // unpredicated path raised MmaSyncSmall's registers from 168 to 208, one
     // block per SM fewer.
+    //
     // Which loop a k-tile takes must be the same for the whole threadblock
     // (both loops hold __syncthreads, ldmatrix and mma.sync, which need
     // whole warps): it follows from the tile's place, not from a thread's
@@ -324,16 +339,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       int inside_steps = 0;
       if (m0 + Cfg::BM <= p.M && n0 + Cfg::BN <= p.N && p.K / Cfg::BK <= INT32_MAX)
         inside_steps = int(p.K / Cfg::BK) - (Cfg::kStages - 1);
-      for (; kt_inside < inside_steps; ++kt_inside)
-        k_tile_step(kt_inside, [&](int next) {
-          loader_a.load_inside(smem_a + next_stage * TileA::kFloats, p.lda, next);
-          loader_b.load_inside(smem_b + next_stage * TileB::kFloats, p.ldb, next);
-        });
+      for (; kt_inside < inside_steps; ++kt_inside) k_tile_step(kt_inside, std::true_type{});
     }
-    for (int64_t kt = kt_inside; kt < k_tiles; ++kt)
-      k_tile_step(kt, [&](int64_t next) {
-        if (next < k_tiles) load_stage(next, next_stage);
-      });
+    for (int64_t kt = kt_inside; kt < k_tiles; ++kt) k_tile_step(kt, std::false_type{});
     ptx::cp_async_wait<0>();
     const auto& result = Cfg::kPromoteKTiles > 0 ? total : acc;
 
