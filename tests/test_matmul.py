@@ -11,7 +11,7 @@ from pygpukit_torch import matmul_tf32
 from pygpukit_torch.testing import cublas_tf32
 from conftest import (DEVICE_KERNELS, DEVICES, assert_linear_close, assert_matmul_close, kernel_runs_here,
                       matmul_reference, poison_next_output, poisoned_matmul, rel_error, requires_cuda,
-                      requires_two_gpus, CUDA_KERNELS)
+                      requires_two_gpus, skip_unless_config_fits, CUDA_KERNELS)
 
 
 run = poisoned_matmul
@@ -63,6 +63,7 @@ def test_mma_sync_interior_and_edge_tiles(config, tile, layout):
         torch.randn(batch, n, k, device="cuda").transpose(1, 2)
     with pygpukit_torch.force_kernel(config):
         info = pygpukit_torch.kernel_info(a, b)
+        skip_unless_config_fits(info, f"mma_sync {tile}", config)
         assert info.startswith(f"mma_sync {tile}") and "16-byte loads" in info, info
         out = run(a, b)
     assert_matmul_close(out, a, b)
