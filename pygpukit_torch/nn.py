@@ -314,7 +314,8 @@ def _state_beyond_weight_and_bias(module: nn.Linear) -> Optional[str]:
     """Why a new module around `module`'s weight and bias Parameters would
     not carry all of its state, or None: a parametrization (pruning too),
     other parameters, buffers or children, a weight or bias that is not a
-    Parameter, or module hooks. Asked both ways: of an nn.Linear before
+    Parameter, module hooks, or a forward set on the instance (as
+    accelerate's device-map hooks do). Asked both ways: of an nn.Linear before
     swap_linear_ replaces it, of a TF32Linear before unswap_linear_ does."""
     parametrized = nn.utils.parametrize.is_parametrized(module)
     extra = {name for name, _ in module.named_parameters(recurse=False)}
@@ -338,6 +339,8 @@ def _state_beyond_weight_and_bias(module: nn.Linear) -> Optional[str]:
                 "e.g. weight_norm, pruning or a bias buffer)")
     if _has_hooks(module):
         return "has module hooks, which a new module would not carry over"
+    if "forward" in vars(module):
+        return "forward replaced on the instance (e.g. by accelerate's hooks), which a new module would not carry over"
     return None
 
 

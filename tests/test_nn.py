@@ -114,6 +114,7 @@ def test_each_skip_reason():
         "small": nn.Linear(4, 4),
         "already": TF32Linear(4, 4),
         "bias_buffer": nn.Linear(4, 4),
+        "instance_forward": nn.Linear(4, 4),
     })
     model["half_bias"].bias.data = model["half_bias"].bias.data.half()
     frozen_bias = model["bias_buffer"].bias.detach().clone()  # a frozen bias, kept in the state_dict
@@ -121,6 +122,8 @@ def test_each_skip_reason():
     model["bias_buffer"].register_buffer("bias", frozen_bias)
     model["hooked"].register_forward_hook(lambda m, i, o: o)
     model["state_dict_hooked"].register_load_state_dict_post_hook(lambda m, keys: None)
+    plain_forward = model["instance_forward"].forward
+    model["instance_forward"].forward = lambda x: plain_forward(x) + 1  # as accelerate's add_hook_to_module does
     swap_linear_(model, filter_fn=lambda m, fqn: fqn != "filtered")
     reasons = dict(model.pygpukit_swap_report.skipped)
     assert model.pygpukit_swap_report.swapped == []
@@ -128,7 +131,8 @@ def test_each_skip_reason():
                 "half_bias": "torch.float16", "subclass": "swap_subclasses=True", "weight_norm": "weight_g",
                 "hooked": "hooks", "state_dict_hooked": "hooks",
                 "parametrized": "a parametrization of weight", "filtered": "excluded by filter_fn", "small": "small layer",
-                "already": "already a TF32Linear", "bias_buffer": "bias not a Parameter"}
+                "already": "already a TF32Linear", "bias_buffer": "bias not a Parameter",
+                "instance_forward": "forward replaced on the instance"}
     assert sorted(reasons) == sorted(expected)
     for fqn, words in expected.items():
         assert words in reasons[fqn], (fqn, reasons[fqn])
@@ -264,11 +268,13 @@ def test_from_linear_refuses_what_it_would_not_carry():
     # nn.Module's "cannot assign 'torch.FloatTensor' object to parameter".
     hooked = nn.Linear(4, 3)
     hooked.register_forward_hook(lambda m, i, o: o * 0)
+    rerouted = nn.Linear(4, 3)
+    rerouted.forward = lambda x: x[..., :3]
     cases = [(nn.LazyLinear(3), "not materialized"),
              (nn.utils.parametrizations.weight_norm(nn.Linear(4, 3)), "a parametrization of weight"),
              (prune.l1_unstructured(nn.Linear(4, 3), "weight", 0.5), "weight_orig"),
              (nn.Linear(4, 3).double(), "torch.float64, not float32"),
-             (hooked, "hooks")]
+             (hooked, "hooks"), (rerouted, "forward replaced on the instance")]
     for linear, words in cases:
         with pytest.raises(ValueError, match=f"TF32Linear.from_linear: cannot stand in for this "
                                              f"{type(linear).__name__}: .*{words}"):
@@ -571,11 +577,11 @@ def test_swapped_model_under_autocast(device):
     assert model[2].weight.grad.dtype == torch.float32 and model[0].weight.grad is not None
 
 
-@pytest.mark.parametrize("added", ["pruning", "parametrization", "forward_hook"])
+@pytest.mark.parametrize("added", ["pruning", "parametrization", "forward_hook", "instance_forward"])
 def test_unswap_keeps_a_layer_holding_state_a_linear_would_drop(added, caplog):
-    """Pruning, a parametrization or a hook added after the swap stays with
-    the TF32Linear (unswap_linear_ keeps it and says why) instead of being
-    dropped by a restored nn.Linear."""
+    """Pruning, a parametrization, a hook or a forward set on the instance
+    added after the swap stays with the TF32Linear (unswap_linear_ keeps it
+    and says why) instead of being dropped by a restored nn.Linear."""
     model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8))
     swap_linear_(model, policy=None)
     layer = model[0]
@@ -586,8 +592,11 @@ def test_unswap_keeps_a_layer_holding_state_a_linear_would_drop(added, caplog):
             def forward(self, w):
                 return w.triu() + w.triu(1).T
         parametrize.register_parametrization(layer, "weight", Symmetric())
-    else:
+    elif added == "forward_hook":
         layer.register_forward_hook(lambda module, inputs, output: output * 2)
+    else:
+        plain_forward = layer.forward
+        layer.forward = lambda x: plain_forward(x) * 2
     keys, x = sorted(model.state_dict()), torch.randn(3, 8)
     ref = model(x)
     unswap_linear_(model)
