@@ -49,6 +49,7 @@ struct StageLoader {
   static constexpr int kPerRow = Tile::kCols / kWidth;
   static constexpr int kCopies = Tile::kRows * kPerRow / kThreads;
   static constexpr int kRowStep = kThreads / kPerRow;  // tile rows between copies
+  static constexpr int kBK = kKMajor ? Tile::kCols : Tile::kRows;  // the k-tile's depth
   static constexpr uint32_t kAllCopies = kCopies == 32 ? ~0u : (1u << kCopies) - 1;  // in_bounds, all inside
   static_assert(kThreads % kPerRow == 0 && kCopies * kThreads == Tile::kRows * kPerRow &&
                     kCopies <= 32,
@@ -103,14 +104,17 @@ struct StageLoader {
     }
   }
 
+  // Copy 0's source in the k-tile that starts at column (K-major) or row k0.
+  __device__ __forceinline__ const float* source(int64_t k0, int64_t ld) const {
+    return first + (kKMajor ? k0 : k0 * ld);
+  }
+
   // Copies k-tile `k_tile`, which lies inside K, of a tile that lies inside
   // M (or N): no bound, zero-fill count or stand-in address, the copies'
   // sources one pointer stepped by kRowStep rows.
   __device__ __forceinline__ void load_inside(float* stage, int64_t ld, int k_tile) const {
     static_assert(kVec16, "only the 16-byte path has an interior loop (see the kernel)");
-    constexpr int kBK = kKMajor ? Tile::kCols : Tile::kRows;
-    const int64_t k0 = int64_t(k_tile) * kBK;
-    const float* src = first + (kKMajor ? k0 : k0 * ld);
+    const float* src = source(int64_t(k_tile) * kBK, ld);
     const int64_t step = kRowStep * ld;
 #pragma unroll
     for (int i = 0; i < kCopies; ++i, src += step) ptx::cp_async_16(chunk(stage, i), src);
@@ -122,9 +126,8 @@ struct StageLoader {
   // wants a legal one even then.
   __device__ __forceinline__ void load(float* stage, const float* gmem, int64_t ld, int64_t K,
                                        int64_t k_tile) const {
-    constexpr int kBK = kKMajor ? Tile::kCols : Tile::kRows;
     const int64_t k0 = k_tile * kBK;
-    const float* src = first + (kKMajor ? k0 : k0 * ld);
+    const float* src = source(k0, ld);
     int k_bytes = mn_bytes;  // K-major: this thread's column against K, the same for every copy
     if constexpr (kKMajor) {
       const int64_t left = K - (k0 + r0_or_c);
