@@ -14,13 +14,17 @@ namespace pygpukit {
 // every that many k-tiles the accumulators are added into a second register
 // set with FP32 adds and restarted from zero, because the tensor cores'
 // accumulation is not rounded to nearest and its error grows with the chain
-// (see WgmmaConfig); 3xTF32 needs it to beat FP32 accuracy.
-template <int BM_, int BN_, int BK_, int WM_, int WN_, int kStages_, int kPromoteKTiles_ = 0>
+// (see WgmmaConfig); 3xTF32 needs it to beat FP32 accuracy. kMinBlocksPerSM:
+// the kernel's __launch_bounds__ minimum, which caps registers per thread at
+// 65536 / (kMinBlocksPerSM * kThreads).
+template <int BM_, int BN_, int BK_, int WM_, int WN_, int kStages_, int kPromoteKTiles_ = 0,
+          int kMinBlocksPerSM_ = 1>
 struct MmaSyncConfig {
   static constexpr int BM = BM_, BN = BN_, BK = BK_;
   static constexpr int WM = WM_, WN = WN_;
   static constexpr int kStages = kStages_;
   static constexpr int kPromoteKTiles = kPromoteKTiles_;
+  static constexpr int kMinBlocksPerSM = kMinBlocksPerSM_;
   static constexpr int kWarpsM = BM / WM, kWarpsN = BN / WN;
   static constexpr int kThreads = kWarpsM * kWarpsN * 32;
   static constexpr int kMmaM = WM / 16, kMmaN = WN / 8;  // m16n8k8 tiles per warp
@@ -45,8 +49,11 @@ using MmaSyncLarge = MmaSyncConfig<128, 256, 32, 64, 32, 3>;
 // 128x256 tiles to fill the GPU.
 using MmaSyncMedium = MmaSyncConfig<128, 128, 32, 64, 32, 4>;
 // 64x64x32, 4 warps of 32x32, 4 stages: ~72 KB, fits the 99 KB of sm_86 /
-// sm_89 and gives 4x more threadblocks again on small problems.
-using MmaSyncSmall = MmaSyncConfig<64, 64, 32, 32, 32, 4>;
+// sm_89 and gives 4x more threadblocks again on small problems. Bounded to
+// three blocks per SM (<= 168 registers; the 16-byte variants only, see the
+// kernel), which Hopper's 227 KB of shared memory holds: unbounded, ptxas
+// gave the 16-byte variants 168-180 registers, two blocks per SM.
+using MmaSyncSmall = MmaSyncConfig<64, 64, 32, 32, 32, 4, 0, 3>;
 // MmaSyncMedium promoting every 4 k-tiles (64 + 64 accumulator registers:
 // the 16-warp large tile has no room for a second set), for 3xTF32, whose
 // staged operands are always row-major A and column-major B, 16-byte aligned.
@@ -64,8 +71,9 @@ cudaError_t launch_mma_sync_gemm(const GemmProblem& problem, cudaStream_t stream
 //     BK; stride BK + 4 words puts the 8 rows of an ldmatrix 8x16-byte block
 //     in 8 different 4-bank groups (36r mod 32 = 4r), so it is conflict-free.
 //   MN-major operand: kRows = BK, kCols = BM or BN; stride kCols + 8 makes the
-//     scalar fragment loads, (k = t, mn = g) for g < 8, t < 4, hit bank
-//     8t + g: 32 different banks.
+//     fragment loads conflict-free: B's scalar ones, (k = t, n = g) for g < 8,
+//     t < 4, hit bank 8t + g; A's 8-byte ones (k = t, m = 2g, 2g + 1) start
+//     at bank 8t + 2g, 16 lanes per phase.
 // 16-byte cp.async stores of 8 consecutive chunks of a row are conflict-free
 // with either stride.
 template <int kMN, int kBK, bool kKMajor>

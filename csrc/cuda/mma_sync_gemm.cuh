@@ -164,8 +164,11 @@ __device__ __forceinline__ void round_stage_in_place(const LoaderA& la, float* s
   lb.store_rounded(sb, b);
 }
 
+// The 4-byte variants keep one block as the minimum: under MmaSyncSmall's
+// bound of three they spill 44-320 bytes (sm_90a), which the 16-byte ones do
+// not.
 template <class Cfg, Layout kLayoutA, Layout kLayoutB, bool kVec16>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
+__global__ void __launch_bounds__(Cfg::kThreads, kVec16 ? Cfg::kMinBlocksPerSM : 1)
     mma_sync_gemm_kernel(const GemmProblem p) {
   constexpr bool kAKMajor = kLayoutA == Layout::kRowMajor;
   constexpr bool kBKMajor = kLayoutB == Layout::kColMajor;
@@ -250,11 +253,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             // Blocks: rows 0-7 / 8-15 at k 0-3, then the same at k 4-7.
             ptx::ldmatrix_x4(a[i], sa + (m + lane % 16) * TileA::kStride + kk + (lane / 16) * 4);
           } else {
-            const float* col = sa + (kk + t) * TileA::kStride + m + g;
-            a[i][0] = __float_as_uint(col[0]);
-            a[i][1] = __float_as_uint(col[8]);
-            a[i][2] = __float_as_uint(col[4 * TileA::kStride]);
-            a[i][3] = __float_as_uint(col[4 * TileA::kStride + 8]);
+            // Column-major A: the rows of each m16 tile are permuted so that
+            // a fragment's rows g and g + 8 are adjacent in shared memory
+            // (tile row 2g + h holds mma row g + 8h; the epilogue stores
+            // accordingly). One 8-byte load per k then fills half a
+            // fragment, a[i][0..1] at k = t and a[i][2..3] at k = t + 4:
+            // 2 loads instead of 4. The 16 lanes of an 8-byte load phase
+            // (g < 4, t < 4) start at banks 8t + 2g (row stride 8 mod 32):
+            // conflict-free.
+            const float* pair = sa + (kk + t) * TileA::kStride + m + 2 * g;
+            const float2 lo = *reinterpret_cast<const float2*>(pair);
+            const float2 hi = *reinterpret_cast<const float2*>(pair + 4 * TileA::kStride);
+            a[i][0] = __float_as_uint(lo.x);
+            a[i][1] = __float_as_uint(lo.y);
+            a[i][2] = __float_as_uint(hi.x);
+            a[i][3] = __float_as_uint(hi.y);
           }
         }
 #pragma unroll
@@ -273,6 +286,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
               b[j + 1][1] = r[3];
             }
           } else {
+            // Row-major B keeps scalar loads: a fragment's two values lie at
+            // different k, so a wider load would need register moves.
             const float* row = sb + (kk + t) * TileB::kStride + n + g;
             b[j][0] = __float_as_uint(row[0]);
             b[j][1] = __float_as_uint(row[4 * TileB::kStride]);
@@ -348,7 +363,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     ptx::cp_async_wait<0>();
     const auto& result = Cfg::kPromoteKTiles > 0 ? total : acc;
 
-    // Epilogue: each thread owns pairs (row, col..col+1) of C.
+    // Epilogue: each thread owns pairs (row, col..col+1) of C; with
+    // column-major A, mma row g + 8h of an m16 tile is tile row 2g + h.
     float* C = p.C + batch * p.batch_stride_c;
     const bool pair_stores = pair_stores_aligned(C, p.ldc);
 #pragma unroll
@@ -358,7 +374,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const int64_t col = n0 + warp_n0 + j * 8 + 2 * t;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int64_t row = m0 + warp_m0 + i * 16 + g + 8 * h;
+          // Summed in this order (64-bit from m0 on) for row-major A: the
+          // 32-bit sum of the in-tile offset first changed MmaSyncLarge's
+          // register allocation (spills 144 -> 160 bytes, sm_90a).
+          const int64_t row = kAKMajor ? m0 + warp_m0 + i * 16 + g + 8 * h
+                                       : m0 + warp_m0 + i * 16 + 2 * g + h;
           store_pair(p.epilogue, C, p.ldc, p.M, p.N, row, col, result[i][j][2 * h],
                      result[i][j][2 * h + 1], pair_stores);
         }
