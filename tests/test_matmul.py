@@ -47,24 +47,35 @@ def test_large_shapes_cuda(m, n, k, kernel):
 
 
 @requires_cuda
-@pytest.mark.parametrize("config,tile", [("mma_sync_large", "128x256x32"), ("mma_sync_medium", "128x128x32"),
-                                         ("mma_sync_small", "64x64x32")])
+@pytest.mark.parametrize("config,tile,copy_bytes", [
+    ("mma_sync_large", "128x256x32", 16), ("mma_sync_medium", "128x128x32", 16),
+    ("mma_sync_small", "64x64x32", 16), ("mma_sync_medium", "128x128x32", 4),
+    ("mma_sync_small", "64x64x32", 4)])
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
-def test_mma_sync_interior_and_edge_tiles(config, tile, layout):
-    """16-byte-aligned operands whose output tiles lie partly inside M and N
-    and partly on their edges, with a K tail and a batch of two: interior
-    tiles run the unpredicated mainloop for all but their last k-tiles, edge
-    tiles the predicated one. Which loop runs is decided per threadblock; a
-    per-thread choice split warps between the loops on edge tiles and hung."""
-    batch, m, n, k = 2, 300, 520, 1000  # multiples of 4, not of any tile
-    a = torch.randn(batch, m, k, device="cuda") if layout[0] == "n" else \
-        torch.randn(batch, k, m, device="cuda").transpose(1, 2)
-    b = torch.randn(batch, k, n, device="cuda") if layout[1] == "n" else \
-        torch.randn(batch, n, k, device="cuda").transpose(1, 2)
+def test_mma_sync_interior_and_edge_tiles(config, tile, copy_bytes, layout):
+    """Output tiles partly inside M and N and partly on their edges, with a K
+    tail and a batch of two, on each tile configuration and copy width.
+    16-byte copies (operands aligned, sizes multiples of 4): interior tiles
+    run the unpredicated mainloop for all but their last k-tiles, edge tiles
+    the predicated one; which loop runs is decided per threadblock (a
+    per-thread choice split warps between the loops on edge tiles and hung).
+    4-byte copies: odd sizes and base pointers 4 bytes off. Column-major A
+    feeds mma row g + 8h from tile row 2g + h, which the epilogue must follow
+    on partial tiles too."""
+    batch, m, n, k = (2, 300, 520, 1000) if copy_bytes == 16 else (2, 301, 517, 999)
+    skew = 0 if copy_bytes == 16 else 1  # elements cut off the front of each stored row
+
+    def operand(rows, cols, transposed):
+        shape = (batch, cols, rows + skew) if transposed else (batch, rows, cols + skew)
+        x = torch.randn(shape, device="cuda")[..., skew:]
+        return x.transpose(1, 2) if transposed else x
+
+    a = operand(m, k, layout[0] == "t")
+    b = operand(k, n, layout[1] == "t")
     with pygpukit_torch.force_kernel(config):
         info = pygpukit_torch.kernel_info(a, b)
         skip_unless_config_fits(info, f"mma_sync {tile}", config)
-        assert info.startswith(f"mma_sync {tile}") and "16-byte loads" in info, info
+        assert info.startswith(f"mma_sync {tile}") and f"{copy_bytes}-byte loads" in info, info
         out = run(a, b)
     assert_matmul_close(out, a, b)
 

@@ -253,14 +253,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, kVec16 ? Cfg::kMinBlocksPerSM :
             // Blocks: rows 0-7 / 8-15 at k 0-3, then the same at k 4-7.
             ptx::ldmatrix_x4(a[i], sa + (m + lane % 16) * TileA::kStride + kk + (lane / 16) * 4);
           } else {
-            // Column-major A: the rows of each m16 tile are permuted so that
-            // a fragment's rows g and g + 8 are adjacent in shared memory
-            // (tile row 2g + h holds mma row g + 8h; the epilogue stores
-            // accordingly). One 8-byte load per k then fills half a
-            // fragment, a[i][0..1] at k = t and a[i][2..3] at k = t + 4:
-            // 2 loads instead of 4. The 16 lanes of an 8-byte load phase
-            // (g < 4, t < 4) start at banks 8t + 2g (row stride 8 mod 32):
-            // conflict-free.
+            // Column-major A: mma row g + 8h of each m16 tile is fed from
+            // tile row 2g + h rather than g + 8h (shared memory holds the
+            // tile as copied; the epilogue stores the accumulators' rows
+            // likewise), so a fragment's two rows are adjacent: one 8-byte
+            // load per k fills half a fragment, a[i][0..1] at k = t and
+            // a[i][2..3] at k = t + 4, 2 load instructions instead of 4.
+            // The 16 lanes of an 8-byte load phase (g < 4, t < 4) start at
+            // banks 8t + 2g (row stride 8 mod 32): conflict-free.
             const float* pair = sa + (kk + t) * TileA::kStride + m + 2 * g;
             const float2 lo = *reinterpret_cast<const float2*>(pair);
             const float2 hi = *reinterpret_cast<const float2*>(pair + 4 * TileA::kStride);
@@ -340,8 +340,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, kVec16 ? Cfg::kMinBlocksPerSM :
     // ahead and no spill reloads (SASS, sm_90a). H200, forced, against the
     // single loop in alternate processes: nt +4% (4096^3) to +7% (8192^3),
     // nn within 1%, 2048^3 nn (MmaSyncMedium) +5%. MmaSyncSmall's 16-byte
-    // variants need 168-180 registers instead of 140-150: on Hopper
-    // tn / nt get two 128-thread blocks per SM instead of three (not timed).
+    // variants then took 168-180 registers instead of 140-150, hence their
+    // launch bound of three blocks per SM; at 1024 x 1024 x 4096 (nt, 256
+    // tiles: two per SM would do) they still run ~5% below the single loop,
+    // cause not found.
     //
     // Only with 16-byte copies: on the 4-byte path (4x the copies) an
     // unpredicated path raised MmaSyncSmall's registers from 168 to 208, one
