@@ -19,6 +19,7 @@ import torch
 
 import pygpukit_torch
 from _common import rotation_count, run_header, time_interleaved
+from bench_matmul import make_inputs
 
 DEFAULT_CASES = [f"4096x4096x4096:{layout}:mma_sync" for layout in ("nn", "nt", "tn", "tt")]
 
@@ -31,10 +32,6 @@ def parse_case(text):
     return m, n, k, layout, kernel
 
 
-def operand(rows, cols, transposed):
-    return torch.randn(cols, rows, device="cuda").t() if transposed else torch.randn(rows, cols, device="cuda")
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("tag", help="printed first on every line (e.g. base1, new1)")
@@ -45,8 +42,7 @@ def main():
     run_header()  # exits without a GPU
     torch.backends.cuda.matmul.allow_tf32 = True
     for m, n, k, layout, kernel in args.case or [parse_case(c) for c in DEFAULT_CASES]:
-        sets = [(operand(m, k, layout[0] == "t"), operand(k, n, layout[1] == "t"))
-                for _ in range(rotation_count(4 * (m * k + k * n)))]
+        sets = make_inputs(m, n, k, layout, rotation_count(4 * (m * k + k * n)))
         variants = {"cublas": (torch.matmul, contextlib.nullcontext),
                     "ours": (pygpukit_torch.matmul_tf32, lambda kernel=kernel: pygpukit_torch.force_kernel(kernel))}
         times = {name: measurement.median for name, measurement in

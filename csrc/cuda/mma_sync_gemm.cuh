@@ -336,7 +336,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, kVec16 ? Cfg::kMinBlocksPerSM :
     // each group of four MMAs waited on the ldmatrix issued right before it;
     // without it the hot loop is 222 instead of 380 static instructions per
     // k-tile (MmaSyncLarge, nt; nn 240 against 454, tn 288 / 445, tt 269 /
-    // 411; the other tiles alike), with the fragment loads several MMAs
+    // 411, and tn 256 / tt 237 since column-major A's 8-byte loads; the
+    // other tiles alike), with the fragment loads several MMAs
     // ahead and no spill reloads (SASS, sm_90a). H200, forced, against the
     // single loop in alternate processes: nt +4% (4096^3) to +7% (8192^3),
     // nn within 1%, 2048^3 nn (MmaSyncMedium) +5%. MmaSyncSmall's 16-byte
