@@ -221,6 +221,18 @@ def test_rowmajor_b_split_counts():
     assert 1 < splits_of_rowmajor(info) <= 32, info
 
 
+@pytest.mark.parametrize("splits", [2, 8, 9, 11, 17])
+def test_rowmajor_b_split_counts_off_the_reduction_batch(splits):
+    """Split counts on both sides of splitk_reduce's batches of 8 loads
+    (a last batch of 1 and 3 splits among them): 129 columns give 2 column
+    blocks, so K = 64 x splits gets exactly that many 64-row splits."""
+    x, w = rows(1, 64 * splits), rows(64 * splits, 129)
+    assert splits_of_rowmajor(kernel_info(x, w)) == splits
+    out = poisoned_matmul(x, w)
+    assert_matmul_close(out, x, w, precision="ieee")
+    torch.testing.assert_close(matmul_tf32(x, w), out, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("activation", list(ACTIVATIONS))
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("n,k", [(70, 300), (4097, 4099), (5000, 33)])

@@ -16,21 +16,26 @@ namespace pygpukit {
 // accumulation is not rounded to nearest and its error grows with the chain
 // (see WgmmaConfig); 3xTF32 needs it to beat FP32 accuracy. kMinBlocksPerSM:
 // the kernel's __launch_bounds__ minimum, which caps registers per thread at
-// 65536 / (kMinBlocksPerSM * kThreads).
+// 65536 / (kMinBlocksPerSM * kThreads). kInsideCopyStep: the k8 step of an
+// interior k-tile (16-byte copies, the whole tile inside the operands) after
+// whose MMAs the next stage's copies are issued; edge k-tiles issue them
+// after step 0.
 template <int BM_, int BN_, int BK_, int WM_, int WN_, int kStages_, int kPromoteKTiles_ = 0,
-          int kMinBlocksPerSM_ = 1>
+          int kMinBlocksPerSM_ = 1, int kInsideCopyStep_ = 1>
 struct MmaSyncConfig {
   static constexpr int BM = BM_, BN = BN_, BK = BK_;
   static constexpr int WM = WM_, WN = WN_;
   static constexpr int kStages = kStages_;
   static constexpr int kPromoteKTiles = kPromoteKTiles_;
   static constexpr int kMinBlocksPerSM = kMinBlocksPerSM_;
+  static constexpr int kInsideCopyStep = kInsideCopyStep_;
   static constexpr int kWarpsM = BM / WM, kWarpsN = BN / WN;
   static constexpr int kThreads = kWarpsM * kWarpsN * 32;
   static constexpr int kMmaM = WM / 16, kMmaN = WN / 8;  // m16n8k8 tiles per warp
   static_assert(BM % WM == 0 && BN % WN == 0, "warp tiles must cover the threadblock tile");
   static_assert(WM % 16 == 0 && WN % 16 == 0 && BK % 8 == 0, "tile sizes must fit m16n8k8");
   static_assert(kStages >= 2, "the pipeline needs at least two stages");
+  static_assert(kInsideCopyStep >= 0 && kInsideCopyStep < BK / 8, "a k8 step of the k-tile");
 
   // Threadblock tiles covering an M x N output.
   static constexpr int64_t tiles(int64_t M, int64_t N) {
@@ -44,6 +49,12 @@ struct MmaSyncConfig {
 // tiles, 255 registers) ran 72-81 TFLOP/s at 4096^3 with the tensor pipe
 // mostly idle and warps stalled on fixed-latency dependencies; mma.sync
 // needs more warps per scheduler to keep HMMA issuing.
+// Interior copies after the second k8 step (kInsideCopyStep 1) rather than
+// the first: H200, forced, against step 0 in alternate processes (session
+// 22, three rounds): 4096^3 nn 129.3-130.0 -> 134.6-134.9 TFLOP/s, tn
+// 131.9-132.4 -> 135.8-136.4, nt 127.3-129.5 -> 127.5-128.8; MmaSyncMedium
+// 2048^3 nn 84.4-85.5 -> 85.0-85.8; MmaSyncSmall (1024 x 1024 x 4096 nt)
+// 68.3-68.4 -> 66.7-67.2, so it keeps step 0.
 using MmaSyncLarge = MmaSyncConfig<128, 256, 32, 64, 32, 3>;
 // 128x128x32, 8 warps of 64x32, 4 stages: ~144 KB, for problems with too few
 // 128x256 tiles to fill the GPU.
@@ -53,7 +64,7 @@ using MmaSyncMedium = MmaSyncConfig<128, 128, 32, 64, 32, 4>;
 // three blocks per SM (<= 168 registers; the 16-byte variants only, see the
 // kernel), which Hopper's 227 KB of shared memory holds: unbounded, ptxas
 // gave the 16-byte variants 168-180 registers, two blocks per SM.
-using MmaSyncSmall = MmaSyncConfig<64, 64, 32, 32, 32, 4, 0, 3>;
+using MmaSyncSmall = MmaSyncConfig<64, 64, 32, 32, 32, 4, 0, 3, 0>;
 // MmaSyncMedium promoting every 4 k-tiles (64 + 64 accumulator registers:
 // the 16-warp large tile has no room for a second set), for 3xTF32, whose
 // staged operands are always row-major A and column-major B, 16-byte aligned.

@@ -297,11 +297,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, kVec16 ? Cfg::kMinBlocksPerSM :
         for (int i = 0; i < MI; ++i)
 #pragma unroll
           for (int j = 0; j < NI; ++j) ptx::mma_m16n8k8_tf32(acc[i][j], a[i], b[j]);
-        // The next stage's copies go out after the first k8 step's MMAs, so
-        // that their address arithmetic overlaps those MMAs (H200, standalone
-        // harness, 4096^3 / 8192^3 nn: 115.3 / 118.3 -> 120.4 / 124.4
-        // TFLOP/s; nt within 1%).
-        if (kk == 0) {
+        // The next stage's copies go out after a k8 step's MMAs, so that
+        // their address arithmetic overlaps those MMAs (H200, standalone
+        // harness, 4096^3 / 8192^3 nn, after step 0 rather than before it:
+        // 115.3 / 118.3 -> 120.4 / 124.4 TFLOP/s; nt within 1%); interior
+        // k-tiles after step Cfg::kInsideCopyStep (mma_sync_config.h).
+        if (kk == 8 * (decltype(inside)::value ? Cfg::kInsideCopyStep : 0)) {
           const auto next = kt + Cfg::kStages - 1;
           if constexpr (decltype(inside)::value) {
             loader_a.load_inside(smem_a + next_stage * TileA::kFloats, p.lda, next);
