@@ -52,8 +52,9 @@ struct MmaSyncConfig {
 // Interior copies after the second k8 step (kInsideCopyStep 1) rather than
 // the first: H200, forced, against step 0 in alternate processes (session
 // 22, three rounds): 4096^3 nn 129.3-130.0 -> 134.6-134.9 TFLOP/s, tn
-// 131.9-132.4 -> 135.8-136.4, nt 127.3-129.5 -> 127.5-128.8. Steps 2 and 3
-// lost 2-9% in tn and nt (two rounds).
+// 131.9-132.4 -> 135.8-136.4, nt 127.3-129.5 -> 127.5-128.8. Against step
+// 1 (two rounds), step 2 lost 4% in tn and 3% in nt, step 3 9% in tn and
+// 3% in nn.
 using MmaSyncLarge = MmaSyncConfig<128, 256, 32, 64, 32, 3>;
 // 128x128x32, 8 warps of 64x32, 4 stages: ~144 KB, for problems with too few
 // 128x256 tiles to fill the GPU. Interior copies after the last k8 step
