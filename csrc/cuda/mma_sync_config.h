@@ -54,7 +54,7 @@ struct MmaSyncConfig {
 // 22, three rounds): 4096^3 nn 129.3-130.0 -> 134.6-134.9 TFLOP/s, tn
 // 131.9-132.4 -> 135.8-136.4, nt 127.3-129.5 -> 127.5-128.8. Against step
 // 1 (two rounds), step 2 lost 4% in tn and 3% in nt, step 3 9% in tn and
-// 3% in nn.
+// 3% in nn (and gained 1% in nt).
 using MmaSyncLarge = MmaSyncConfig<128, 256, 32, 64, 32, 3>;
 // 128x128x32, 8 warps of 64x32, 4 stages: ~144 KB, for problems with too few
 // 128x256 tiles to fill the GPU. Interior copies after the last k8 step
@@ -74,10 +74,12 @@ using MmaSyncMedium = MmaSyncConfig<128, 128, 32, 64, 32, 4, 0, 1, 3>;
 // nn 67.1-67.2 -> 67.2, tt 66.9-67.3 -> 62.8-63.1 (a trade between
 // layouts, not taken).
 using MmaSyncSmall = MmaSyncConfig<64, 64, 32, 32, 32, 4, 0, 3, 0>;
-// MmaSyncMedium promoting every 4 k-tiles (64 + 64 accumulator registers:
-// the 16-warp large tile has no room for a second set), for 3xTF32, whose
-// staged operands are always row-major A and column-major B, 16-byte aligned.
-using MmaSyncPromoted = MmaSyncConfig<128, 128, 32, 64, 32, 4, 4>;
+// MmaSyncMedium's tile promoting every 4 k-tiles (64 + 64 accumulator
+// registers: the 16-warp large tile has no room for a second set), for
+// 3xTF32, whose staged operands are always row-major A and column-major B,
+// 16-byte aligned. Its interior copies stay after step 0: later steps were
+// not timed with it, and step 1 raised its spills from 28 to 60 bytes.
+using MmaSyncPromoted = MmaSyncConfig<128, 128, 32, 64, 32, 4, 4, 1, 0>;
 
 // kVec16: both operands are read with 16-byte cp.async (base pointers 16-byte
 // aligned, leading dimensions and batch strides multiples of 4 elements);

@@ -31,7 +31,9 @@ __global__ void splitk_reduce_kernel(const float* __restrict__ partials, int spl
     // 19.5-19.6 -> 19.1-19.2 us; M = 128 F.linear 4096^2 (split-K 4)
     // 25.8 -> 25.3-25.4.
     constexpr int kBatch = 8;
-    float4 sum = make_float4(-0.f, -0.f, -0.f, -0.f);  // -0 + x == x for every x, -0 and +0 too
+    // Starts at -0: -0 + x == x for every x but NaN (-0 and +0 included), so
+    // the sums are those of a loop that starts at split 0; a NaN stays NaN.
+    float4 sum = make_float4(-0.f, -0.f, -0.f, -0.f);
     for (int s0 = 0; s0 < splits; s0 += kBatch) {
       float4 v[kBatch];
 #pragma unroll
