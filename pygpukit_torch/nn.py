@@ -20,8 +20,8 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 import torch
 from torch import nn
 
-from .ops import (ACTIVATIONS, _activation_name, _check_precision, _check_precision_type, _check_wrapper_args,
-                  _unknown_activation)
+from .ops import (_LINEAR_TF32, ACTIVATIONS, _activation_name, _check_precision, _check_precision_type,
+                  _check_wrapper_args, _checked_on_failure, _unknown_activation)
 
 log = logging.getLogger(__name__)
 
@@ -109,12 +109,14 @@ class TF32Linear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # The operator itself rather than the Python wrapper, so that
         # torch.jit.script can compile this module as it does nn.Linear. In
-        # Python, the wrapper's check of x first: nn.Linear takes nested and
-        # sparse inputs, and without it a swapped layer failed on them in
-        # the dispatcher ("Could not run ... 'SparseCPU' backend").
-        if not torch.jit.is_scripting():
-            _check_input(x)
-        return torch.ops.pygpukit.linear_tf32(x, self.weight, self.bias, self.activation, precision=self.precision)
+        # Python, x is checked if the operator fails: nn.Linear takes nested
+        # and sparse inputs, and a swapped layer's error must name the layer
+        # and what x is, not the dispatcher's ("Could not run ...
+        # 'SparseCPU' backend").
+        if torch.jit.is_scripting():
+            return torch.ops.pygpukit.linear_tf32(x, self.weight, self.bias, self.activation,
+                                                  precision=self.precision)
+        return _linear_checked_on_failure(x, self.weight, self.bias, self.activation, self.precision)
 
     def extra_repr(self) -> str:
         extra = super().extra_repr()
@@ -151,10 +153,14 @@ class TF32Linear(nn.Linear):
 
 
 @torch.jit.unused
-def _check_input(x: torch.Tensor) -> None:
-    """TF32Linear's input: a dense, non-nested, unquantized tensor, or a
-    RuntimeError naming the layer and what x is."""
-    _check_wrapper_args("TF32Linear", None, input=x)
+def _linear_checked_on_failure(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                               activation: str, precision: Optional[str]) -> torch.Tensor:
+    """TF32Linear's product; if it fails, an input that is not a dense,
+    non-nested, unquantized tensor gets the error naming the layer and
+    what x is."""
+    return _checked_on_failure(
+        lambda: _LINEAR_TF32(x, weight, bias, activation, precision=precision),
+        lambda: _check_wrapper_args("TF32Linear", None, input=x))
 
 
 def _around_same_parameters(cls, linear: nn.Linear, **attributes) -> nn.Linear:

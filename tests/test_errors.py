@@ -180,6 +180,22 @@ def test_sparse_operand_to_kernel_info_and_nested_operands():
         matmul_tf32(nested, torch.ones(3, 3))
 
 
+def test_named_errors_replace_the_dispatchers():
+    """The wrappers call the operator first and look for the problem only
+    when it fails (pygpukit_torch.ops._checked_on_failure): the error that
+    names it is raised on its own, not chained on the dispatcher's, and a
+    failure the checks cannot name keeps the operator's own error."""
+    sparse = torch.eye(3).to_sparse()
+    for call in (lambda: matmul_tf32(sparse, torch.ones(3, 3)), lambda: linear_tf32(torch.ones(2, 3), sparse),
+                 lambda: pygpukit_torch.TF32Linear(3, 3)(sparse), lambda: matmul_tf32(torch.ones(2, 2), [1.0])):
+        with pytest.raises((RuntimeError, TypeError)) as info:
+            call()
+        assert "Could not run" not in str(info.value) and "Expected a value of type" not in str(info.value)
+        assert info.value.__context__ is None and info.value.__cause__ is None
+    with pytest.raises(RuntimeError, match="matmul_tf32: shapes cannot be multiplied"):
+        matmul_tf32(torch.ones(2, 3), torch.ones(2, 3))
+
+
 def test_quantized_operand():
     try:
         with warnings.catch_warnings():
