@@ -39,10 +39,12 @@ def _check_wrapper_args(op: str, precision, optional=(), **tensors) -> None:
     nested or quantized tensor (they fail in the dispatcher: "Could not run
     ... with arguments from the 'SparseCPU' backend"), a non-string
     precision (the schema's type check). `optional`: the names that may be
-    None. Under torch.fx.symbolic_trace (fx.Proxy arguments) only the
-    precision is checked: the graph records the operator, whose schema and
-    kernels check the tensors when it runs."""
-    if any(isinstance(t, torch.fx.Proxy) for t in tensors.values()):
+    None. With a tensor-like argument (not a tensor, but with
+    __torch_function__: fx.Proxy under torch.fx.symbolic_trace, or a
+    user's tensor-like) only the precision is checked: its override
+    handles the operator (a traced graph records it, and the operator's
+    schema and kernels check the tensors when it runs)."""
+    if any(not isinstance(t, torch.Tensor) and torch.overrides.is_tensor_like(t) for t in tensors.values()):
         _check_precision_type(op, precision)
         return
     for name, t in tensors.items():
@@ -75,8 +77,14 @@ def _checked_on_failure(call, check):
         return call()
     except Exception as error:  # re-raised below unless check() names the problem
         failure = error
-    check()  # outside the except block: its error does not chain the dispatcher's
-    raise failure
+    try:
+        check()  # outside the except block: its error does not chain the dispatcher's
+        raise failure
+    finally:
+        # Either error's traceback holds this frame: without the del, frame
+        # and error would form a cycle that keeps the arguments (the
+        # tensors) alive until the garbage collector runs.
+        del failure
 
 
 def _check_precision_type(op: str, precision) -> None:
@@ -176,8 +184,10 @@ def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
             different devices, shapes that cannot be multiplied/broadcast,
             or a sparse, nested or quantized operand.
         ValueError: an unknown ``precision``.
-        TypeError: an operand that is not a tensor (None included), or a
-            ``precision`` that is not a string or None.
+        TypeError: an operand that is not a tensor (None included) nor a
+            tensor-like (an object with ``__torch_function__``, which then
+            handles the call), or a ``precision`` that is not a string or
+            None.
     """
     _check_precision_type("matmul_tf32", precision)
     return _checked_on_failure(lambda: _MATMUL_TF32(a, b, precision=precision),
@@ -337,8 +347,9 @@ def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
             different devices, ``x.shape[-1] != weight.shape[1]``, or a
             sparse, nested or quantized tensor.
         ValueError: an unknown ``activation`` or ``precision``.
-        TypeError: x or weight not a tensor (None included), a bias that is
-            neither a tensor nor None, or an ``activation`` or ``precision``
+        TypeError: x or weight not a tensor (None included) nor a
+            tensor-like (an object with ``__torch_function__``), a bias that
+            is none of these nor None, or an ``activation`` or ``precision``
             that is not a string or None.
     """
     _check_precision_type("linear_tf32", precision)

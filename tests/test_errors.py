@@ -1,11 +1,13 @@
 """Bad input gets a clear error naming the problem, the same on meta tensors
 (the fake implementation torch.compile traces with) as on real ones."""
 
+import gc
 import os
 import re
 import subprocess
 import sys
 import warnings
+import weakref
 
 import pytest
 import torch
@@ -194,6 +196,51 @@ def test_named_errors_replace_the_dispatchers():
         assert info.value.__context__ is None and info.value.__cause__ is None
     with pytest.raises(RuntimeError, match="matmul_tf32: shapes cannot be multiplied"):
         matmul_tf32(torch.ones(2, 3), torch.ones(2, 3))
+
+
+def test_arguments_freed_when_an_error_is_caught():
+    """A failed call's error holds no reference cycle: once it is caught and
+    dropped, the arguments are freed at once (no garbage collection), as
+    after torch.matmul's errors (a caller that catches an out-of-memory
+    error and retries smaller must get the memory back)."""
+    calls = {"matmul_tf32 (dispatcher error)": lambda t: matmul_tf32(t.to_sparse(), torch.ones(3, 3)),
+             "matmul_tf32 (operator error)": lambda t: matmul_tf32(t, torch.ones(2, 3)),
+             "linear_tf32": lambda t: linear_tf32(t, torch.ones(3, 2)),
+             "TF32Linear": lambda t: pygpukit_torch.TF32Linear(2, 3)(t.to_sparse())}
+    for name, call in calls.items():
+        gc.disable()
+        try:
+            arg = torch.ones(4, 3)
+            freed = weakref.ref(arg)
+            with pytest.raises((RuntimeError, TypeError)):
+                call(arg)
+            del arg
+            assert freed() is None, name
+        finally:
+            gc.enable()
+
+
+class _TensorLike:
+    """Not a tensor, but torch functions take it through __torch_function__."""
+
+    def __init__(self, t):
+        self.t = t
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        unwrap = lambda v: v.t if isinstance(v, _TensorLike) else v  # noqa: E731
+        return func(*map(unwrap, args), **{k: unwrap(v) for k, v in (kwargs or {}).items()})
+
+
+def test_tensor_likes_go_through_their_override():
+    """A tensor-like's __torch_function__ handles the call in every wrapper,
+    as torch.matmul lets it, instead of a TypeError from some of them."""
+    a, b = torch.randn(2, 3), torch.randn(3, 4)
+    expected = matmul_tf32(a, b)
+    assert torch.equal(matmul_tf32(_TensorLike(a), b), expected)
+    assert torch.equal(linear_tf32(_TensorLike(a), b.mT), expected)
+    assert pygpukit_torch.kernel_info(_TensorLike(a), b) == pygpukit_torch.kernel_info(a, b)
+    assert torch.equal(torch.compile(lambda x: matmul_tf32(x, b), backend="eager")(_TensorLike(a)), expected)
 
 
 def test_quantized_operand():
