@@ -40,6 +40,13 @@ at::Tensor call_below_autograd(const c10::TypedOperatorHandle<Signature>& op, Ar
   return op.call(std::forward<Args>(args)...);
 }
 
+// The gradient flowing into backward, strided: `backward(gradient=...)`
+// takes a sparse one too (torch.matmul's and F.linear's backward accept
+// it), which the products below, strided only, would refuse.
+at::Tensor strided_grad(const at::Tensor& grad) {
+  return grad.defined() && grad.layout() != at::kStrided ? grad.to_dense() : grad;
+}
+
 // precision as the forward got it: None stays None, so that backward reads
 // the environment when it runs, as every call without a precision does.
 void save_precision(AutogradContext* ctx, PrecisionArg precision) {
@@ -75,7 +82,7 @@ struct MatmulTF32 : public torch::autograd::Function<MatmulTF32> {
     const std::vector<c10::SymInt> a_sizes = ctx->saved_data["a_sizes"].toSymIntVector();
     const std::vector<c10::SymInt> b_sizes = ctx->saved_data["b_sizes"].toSymIntVector();
     const PrecisionArg precision = saved_precision(ctx);
-    at::Tensor g = grads[0];
+    at::Tensor g = strided_grad(grads[0]);
     if (b_sizes.size() == 1) g = g.unsqueeze(-1);
     if (a_sizes.size() == 1) g = g.unsqueeze(-2);
     at::Tensor grad_a, grad_b;
@@ -160,7 +167,7 @@ struct LinearTF32 : public torch::autograd::Function<LinearTF32> {
     const at::Tensor &x = saved[0], &weight = saved[1];
     const PrecisionArg precision = saved_precision(ctx);
     const auto act = static_cast<Activation>(ctx->saved_data["activation"].toInt());
-    const at::Tensor g = activation_backward(grads[0], act, saved, precision);
+    const at::Tensor g = activation_backward(strided_grad(grads[0]), act, saved, precision);
     at::Tensor grad_x, grad_w, grad_b;
     if (ctx->needs_input_grad(0)) grad_x = matmul_tf32_op().call(g, weight, precision);
     const at::Tensor g2 = rows(g);

@@ -35,6 +35,22 @@ def test_gradients_match_torch_matmul(device):
         assert rel_error(ga, ra) < 2e-3 and rel_error(gb, rb) < 2e-3
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_sparse_incoming_gradient(device):
+    """backward(gradient=...) with a sparse gradient, which torch.matmul's
+    and F.linear's backward take: the same gradients as with its dense form."""
+    x = torch.randn(4, 5, device=device, requires_grad=True)
+    w = torch.randn(3, 5, device=device, requires_grad=True)
+    bias = torch.randn(3, device=device, requires_grad=True)
+    grad = torch.randn(4, 3, device=device) * (torch.rand(4, 3, device=device) < 0.5)
+    for fn in (lambda: matmul_tf32(x, w.mT), lambda: pygpukit_torch.linear_tf32(x, w, bias, "gelu")):
+        dense = torch.autograd.grad(fn(), (x, w), grad)
+        sparse = torch.autograd.grad(fn(), (x, w), grad.to_sparse())
+        for d, s in zip(dense, sparse):
+            assert s.layout == torch.strided
+            torch.testing.assert_close(s, d, rtol=0, atol=0)
+
+
 def test_gradcheck_ieee_cpu():
     # precision="ieee" on the CPU is an FP32-rounded float64 product: a smooth
     # bilinear function, so finite differences with eps 1e-2 agree closely.
