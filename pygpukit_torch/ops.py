@@ -224,13 +224,34 @@ def kernel_info(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
     return info
 
 
+def _c10_dtype_names() -> dict:
+    """torch.dtype -> the name the C++ checks print for it (c10::toString:
+    "Float" for torch.float32), from each dtype's legacy tensor type name
+    ("torch.FloatTensor"), which is made of it."""
+    names = {}
+    for dtype in {v for v in vars(torch).values() if isinstance(v, torch.dtype)}:
+        try:
+            names[dtype] = torch.empty(0, dtype=dtype).type()[len("torch."):-len("Tensor")]
+        except (RuntimeError, TypeError):
+            pass  # no CPU tensor of it (quantized dtypes): shown by its torch name
+    return names
+
+
+_C10_DTYPE_NAMES = _c10_dtype_names()
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return _C10_DTYPE_NAMES.get(dtype, str(dtype))
+
+
 def _matmul_shape(a: torch.Tensor, b: torch.Tensor) -> list:
     """Output shape of ``a @ b`` with the C++ operator's checks and messages."""
     torch._check(a.dim() >= 1 and b.dim() >= 1,
                  lambda: f"matmul_tf32: both arguments need at least 1 dimension, got a.dim() = {a.dim()} "
                          f"and b.dim() = {b.dim()}")
     torch._check(a.dtype == torch.float32 and b.dtype == torch.float32,
-                 lambda: f"matmul_tf32: expected float32 tensors, got a of dtype {a.dtype} and b of dtype {b.dtype}")
+                 lambda: f"matmul_tf32: expected float32 tensors, got a of dtype {_dtype_name(a.dtype)} and b of "
+                         f"dtype {_dtype_name(b.dtype)}")
     torch._check(a.device == b.device,
                  lambda: f"matmul_tf32: expected a and b on the same device, got a on {a.device} and b on {b.device}")
     k_b = b.shape[0] if b.dim() == 1 else b.shape[-2]
@@ -372,7 +393,9 @@ def _(x, weight, bias=None, activation="none", *, precision=None):
                  lambda: f"linear_tf32: expected weight of shape [out_features, in_features], got shape "
                          f"{list(weight.shape)}")
     torch._check(all(t.dtype == torch.float32 for t in tensors),
-                 lambda: f"linear_tf32: expected float32 tensors, got dtypes {[t.dtype for t in tensors]}")
+                 lambda: f"linear_tf32: expected float32 tensors, got x of dtype {_dtype_name(x.dtype)}, weight of "
+                         f"dtype {_dtype_name(weight.dtype)}"
+                         + (f" and bias of dtype {_dtype_name(bias.dtype)}" if bias is not None else ""))
     torch._check(all(t.device == x.device for t in tensors),
                  lambda: (f"linear_tf32: expected x, weight and bias on the same device, got x on {x.device}, "
                           f"weight on {weight.device} and bias on {bias.device}") if bias is not None else

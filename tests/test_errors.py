@@ -81,6 +81,27 @@ def test_result_too_large_to_count():
     assert "more elements than int64_t can count" in done.stdout, (done.stdout, done.stderr)
 
 
+@pytest.mark.parametrize("dtypes", [(torch.float32, torch.float16, None), (torch.float64, torch.float32, None),
+                                    (torch.float32, torch.float32, torch.bfloat16), (torch.int64, torch.bool, None)])
+def test_dtype_errors_on_meta_tensors_read_as_on_real_ones(dtypes):
+    """The fake implementations (meta tensors, torch.compile) name dtypes as
+    the C++ checks do ("Float", not "torch.float32"): the same message."""
+    x_dtype, w_dtype, bias_dtype = dtypes
+    messages = []
+    for device in ("cpu", "meta"):
+        x, w = torch.ones(2, 3, device=device, dtype=x_dtype), torch.ones(3, 3, device=device, dtype=w_dtype)
+        bias = None if bias_dtype is None else torch.ones(3, device=device, dtype=bias_dtype)
+        calls = [lambda: linear_tf32(x, w, bias)]
+        if bias_dtype is None:
+            calls.append(lambda: matmul_tf32(x, w))
+        for call in calls:
+            with pytest.raises(RuntimeError, match="expected float32 tensors") as info:
+                call()
+            messages.append(str(info.value).split("\n")[0])
+    half = len(messages) // 2
+    assert messages[:half] == messages[half:], messages
+
+
 @pytest.mark.parametrize("device", DEVICES + ["meta"])
 def test_unknown_precision(device):
     a = torch.ones(2, 2, device=device)
