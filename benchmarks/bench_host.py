@@ -1,0 +1,64 @@
+"""Host time per call: products so small (64 x 64 weights) that the GPU's
+work is negligible, so the time per call is what the Python wrapper, the
+dispatcher, the op's C++ side and the launches cost on the host. At decode
+sizes this is what bounds an eager model whose kernels are short: a call
+that costs more host time than its kernel leaves the GPU idle.
+
+Variants, interleaved (_common.time_interleaved): pygpukit's wrapper
+(`pygpukit_torch.matmul_tf32` / `linear_tf32`), the operator it calls
+(`torch.ops.pygpukit.*.default`), a swapped `TF32Linear` layer, and torch's
+own (`torch.matmul` with TF32 allowed, `F.linear`, `nn.Linear`). Prints a
+Markdown table of microseconds per call.
+
+    python benchmarks/bench_host.py [--min-run-time 0.5]
+"""
+
+import argparse
+import contextlib
+
+import torch
+import torch.nn.functional as F
+
+import pygpukit_torch
+from _common import markdown_table, run_header, time_interleaved
+from pygpukit_torch.testing import cublas_tf32
+
+SHAPES = ((1, 64, 64), (128, 64, 64))  # M, K, N
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--min-run-time", type=float, default=0.5, help="seconds per variant and shape")
+    args = parser.parse_args()
+    print(run_header())
+    tf32 = lambda: cublas_tf32(True)  # noqa: E731
+    rows = []
+    for m, k, n in SHAPES:
+        x, w, bias = torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda"), torch.randn(n, device="cuda")
+        layer = torch.nn.Linear(k, n, device="cuda")
+        swapped = pygpukit_torch.TF32Linear.from_linear(layer)
+        variants = {
+            "pygpukit_torch.matmul_tf32(x, W.T)": (pygpukit_torch.matmul_tf32, contextlib.nullcontext),
+            "torch.ops.pygpukit.matmul_tf32.default": (torch.ops.pygpukit.matmul_tf32.default,
+                                                       contextlib.nullcontext),
+            "torch.matmul (TF32)": (torch.matmul, tf32),
+            "pygpukit_torch.linear_tf32(x, W, b)": (lambda a, b, c: pygpukit_torch.linear_tf32(a, b, c),
+                                                    contextlib.nullcontext),
+            "torch.ops.pygpukit.linear_tf32.default": (
+                lambda a, b, c: torch.ops.pygpukit.linear_tf32.default(a, b, c, "none"), contextlib.nullcontext),
+            "F.linear (TF32)": (F.linear, tf32),
+            "TF32Linear layer": (lambda a, b, c: swapped(a), contextlib.nullcontext),
+            "nn.Linear layer (TF32)": (lambda a, b, c: layer(a), tf32),
+        }
+        # The matmul variants take (x, W.T), the linear ones (x, W, b).
+        timed = {}
+        for names, sets in ((list(variants)[:3], [(x, w.mT)]), (list(variants)[3:], [(x, w, bias)])):
+            timed.update(time_interleaved({name: variants[name] for name in names}, sets, "host", f"{m}x{k}x{n}",
+                                          args.min_run_time))
+        for name, measurement in timed.items():
+            rows.append([f"{m}x{k}x{n}", name, f"{measurement.median * 1e6:.1f}"])
+    print("\n".join(markdown_table(["M x K x N", "call", "us per call"], rows)))
+
+
+if __name__ == "__main__":
+    main()
