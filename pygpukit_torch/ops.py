@@ -18,6 +18,7 @@ torch.compile traces, Dynamo reports any such error as
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Optional
 
 import torch
@@ -224,24 +225,18 @@ def kernel_info(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
     return info
 
 
-def _c10_dtype_names() -> dict:
-    """torch.dtype -> the name the C++ checks print for it (c10::toString:
-    "Float" for torch.float32), from each dtype's legacy tensor type name
-    ("torch.FloatTensor"), which is made of it."""
-    names = {}
-    for dtype in {v for v in vars(torch).values() if isinstance(v, torch.dtype)}:
-        try:
-            names[dtype] = torch.empty(0, dtype=dtype).type()[len("torch."):-len("Tensor")]
-        except (RuntimeError, TypeError):
-            pass  # no CPU tensor of it (quantized dtypes): shown by its torch name
-    return names
-
-
-_C10_DTYPE_NAMES = _c10_dtype_names()
-
-
 def _dtype_name(dtype: torch.dtype) -> str:
-    return _C10_DTYPE_NAMES.get(dtype, str(dtype))
+    """The name the C++ checks print for `dtype` (c10::toString: "Float" for
+    torch.float32), read off its legacy tensor type name
+    ("torch.FloatTensor", "torch.quantized.QInt8Tensor"); torch's own name
+    where that fails. For error messages only (it makes a tensor)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # some dtypes' tensors are deprecated
+            name = torch.empty(0, dtype=dtype, device="cpu").type()
+    except Exception:  # any failure: the plain name will do
+        return str(dtype)
+    return name.rsplit(".", 1)[-1][:-len("Tensor")]
 
 
 def _matmul_shape(a: torch.Tensor, b: torch.Tensor) -> list:
