@@ -65,12 +65,12 @@ def _check_wrapper_args(op: str, precision, optional=(), **tensors) -> None:
 def _checked_on_failure(call, check):
     """call(), the operator. Dense tensors of the right kind pass its schema
     and dispatcher unaided, so check() (the tensor checks of
-    _check_wrapper_args, ~2 us per call in Python: more host time than
-    the operator itself takes in C++ at decode sizes) runs only when the
-    call fails, to raise the error that names the problem instead of the
-    dispatcher's; if it finds none, the call's own error is raised. Under
-    torch.compile it runs first instead, at trace time only (Dynamo then
-    traces no try block)."""
+    _check_wrapper_args: run on every call, the wrapper cost 3.3 us on the
+    H200's host on top of the operator's 12.5 us, session 22) runs only
+    when the call fails, to raise the error that names the problem instead
+    of the dispatcher's; if it finds none, the call's own error is raised.
+    Under torch.compile it runs first instead, at trace time only (Dynamo
+    then traces no try block)."""
     if torch.compiler.is_compiling():
         check()
         return call()
