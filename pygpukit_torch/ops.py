@@ -192,7 +192,7 @@ def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
     """
     _check_precision_type("matmul_tf32", precision)
     return _checked_on_failure(lambda: _MATMUL_TF32(a, b, precision=precision),
-                               lambda: _check_wrapper_args("matmul_tf32", precision, a=a, b=b))
+                               lambda: _check_wrapper_args("matmul_tf32", None, a=a, b=b))
 
 
 def kernel_info(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = None) -> str:
@@ -372,7 +372,7 @@ def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
     activation = _activation_name("linear_tf32", activation)
     return _checked_on_failure(
         lambda: _LINEAR_TF32(x, weight, bias, activation, precision=precision),
-        lambda: _check_wrapper_args("linear_tf32", precision, optional=("bias",), x=x, weight=weight, bias=bias))
+        lambda: _check_wrapper_args("linear_tf32", None, optional=("bias",), x=x, weight=weight, bias=bias))
 
 
 @torch.library.register_fake("pygpukit::linear_tf32")
