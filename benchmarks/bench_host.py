@@ -37,24 +37,23 @@ def main():
         x, w, bias = torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda"), torch.randn(n, device="cuda")
         layer = torch.nn.Linear(k, n, device="cuda")
         swapped = pygpukit_torch.TF32Linear.from_linear(layer)
-        variants = {
-            "pygpukit_torch.matmul_tf32(x, W.T)": (pygpukit_torch.matmul_tf32, contextlib.nullcontext),
-            "torch.ops.pygpukit.matmul_tf32.default": (torch.ops.pygpukit.matmul_tf32.default,
-                                                       contextlib.nullcontext),
-            "torch.matmul (TF32)": (torch.matmul, tf32),
-            "pygpukit_torch.linear_tf32(x, W, b)": (lambda a, b, c: pygpukit_torch.linear_tf32(a, b, c),
-                                                    contextlib.nullcontext),
-            "torch.ops.pygpukit.linear_tf32.default": (
-                lambda a, b, c: torch.ops.pygpukit.linear_tf32.default(a, b, c, "none"), contextlib.nullcontext),
-            "F.linear (TF32)": (F.linear, tf32),
-            "TF32Linear layer": (lambda a, b, c: swapped(a), contextlib.nullcontext),
-            "nn.Linear layer (TF32)": (lambda a, b, c: layer(a), tf32),
-        }
-        # The matmul variants take (x, W.T), the linear ones (x, W, b).
+        # Each group of variants with the arguments its calls take.
+        groups = (({"pygpukit_torch.matmul_tf32(x, W.T)": (pygpukit_torch.matmul_tf32, contextlib.nullcontext),
+                    "torch.ops.pygpukit.matmul_tf32.default": (torch.ops.pygpukit.matmul_tf32.default,
+                                                               contextlib.nullcontext),
+                    "torch.matmul (TF32)": (torch.matmul, tf32)},
+                   (x, w.mT)),
+                  ({"pygpukit_torch.linear_tf32(x, W, b)": (pygpukit_torch.linear_tf32, contextlib.nullcontext),
+                    "torch.ops.pygpukit.linear_tf32.default": (
+                        lambda a, b, c: torch.ops.pygpukit.linear_tf32.default(a, b, c, "none"),
+                        contextlib.nullcontext),
+                    "F.linear (TF32)": (F.linear, tf32),
+                    "TF32Linear layer": (lambda a, b, c: swapped(a), contextlib.nullcontext),
+                    "nn.Linear layer (TF32)": (lambda a, b, c: layer(a), tf32)},
+                   (x, w, bias)))
         timed = {}
-        for names, sets in ((list(variants)[:3], [(x, w.mT)]), (list(variants)[3:], [(x, w, bias)])):
-            timed.update(time_interleaved({name: variants[name] for name in names}, sets, "host", f"{m}x{k}x{n}",
-                                          args.min_run_time))
+        for variants, args_of_call in groups:
+            timed.update(time_interleaved(variants, [args_of_call], "host", f"{m}x{k}x{n}", args.min_run_time))
         for name, measurement in timed.items():
             rows.append([f"{m}x{k}x{n}", name, f"{measurement.median * 1e6:.1f}"])
     print("\n".join(markdown_table(["M x K x N", "call", "us per call"], rows)))
