@@ -41,6 +41,15 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem,
                "l"(gmem), "r"(src_bytes));
 }
 
+// The same copy with an L2 cache hint (.L2::cache_hint): `l2_policy` from
+// l2_policy_evict_first, for data read exactly once.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes,
+                                            uint64_t l2_policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(
+                   smem_addr(smem)),
+               "l"(gmem), "r"(src_bytes), "l"(l2_policy));
+}
+
 // The same copy with all 16 bytes read (no zero-fill operand to compute).
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem));
@@ -53,6 +62,14 @@ __device__ __forceinline__ void cp_async_4(void* smem, const void* gmem,
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(
                    smem_addr(smem)),
                "l"(gmem), "r"(src_bytes));
+}
+
+// An L2 cache policy (createpolicy, 9.7.9.18) under which every line an
+// access brings into L2 is among the first evicted: for data read once.
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
 }
 
 __device__ __forceinline__ void cp_async_commit() {

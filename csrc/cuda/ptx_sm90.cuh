@@ -114,14 +114,6 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, u
       : "memory");
 }
 
-// An L2 cache policy (createpolicy, 9.7.9.18) under which every line an
-// access brings into L2 is among the first evicted: for data read once.
-__device__ __forceinline__ uint64_t l2_policy_evict_first() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-
 // The same copy delivered to the same shared-memory offset in every block of
 // the cluster whose rank bit is set in `cta_mask`, completing the box's bytes
 // on each one's barrier at the offset of `bar`.

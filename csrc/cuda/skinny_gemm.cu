@@ -61,7 +61,11 @@ __device__ __forceinline__ void load_a_block(uint4 (&a)[2][2], const float* cons
 // and each lane reads back only the chunks it copied, so the lane's own
 // cp.async.wait_group is all the synchronization needed. Slot layout: chunk
 // c = 2j + h of every lane, [c][lane], 16 bytes each, which makes the
-// copies and the reads back conflict-free.
+// copies and the reads back conflict-free. The copies are marked L2
+// evict-first: W is read once, and in normal priority it ran slower, likely
+// by evicting lines that are read again (A's rows, which CTAs re-read from L2;
+// H200, graph-timed, 16 rows: 4096 -> 4096 23.4 -> 21.7 us, 4096 -> 2048
+// 19.1 -> 15.4 us; 8 rows, 14336 -> 4096: 67.0 -> 64.2 us; session 23).
 // SkinnyConfig::kRingBytes is this layout's size: kSlices rings of kStagesB
 // slots of kChunksB x 32 lanes x 16 bytes.
 template <class Cfg>
@@ -74,7 +78,7 @@ constexpr int kChunksB = 2 * Cfg::kMmaN;
 template <class Cfg>
 __device__ __forceinline__ void issue_b_block(uint4* slot, const float* const (&b_row)[Cfg::kMmaN],
                                               const float* any, int64_t block, int64_t last,
-                                              int64_t K, int t, int lane) {
+                                              int64_t K, int t, int lane, uint64_t l2_policy) {
   if (block < last) {
     const int64_t k0 = block * Cfg::kBlockK;
 #pragma unroll
@@ -86,7 +90,7 @@ __device__ __forceinline__ void issue_b_block(uint4* slot, const float* const (&
         const int bytes = b_row[j] != nullptr ? in_k : 0;
         // src must be a legal address even when nothing is read.
         ptx::cp_async_16(slot + (2 * j + h) * 32 + lane, bytes ? b_row[j] + k0 + 16 * h : any,
-                         bytes);
+                         bytes, l2_policy);
       }
     }
   }
@@ -234,8 +238,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) skinny_gemm_kernel(const Gem
   const int64_t first = blocks * slice / Cfg::kSlices;
   const int64_t last = blocks * (slice + 1) / Cfg::kSlices;
   auto slot = [&](int64_t block) { return ring + (block % Cfg::kStagesB) * kChunksB<Cfg> * 32; };
+  const uint64_t weight_policy = ptx::l2_policy_evict_first();
   auto issue_b = [&](int64_t block) {
-    issue_b_block<Cfg>(slot(block), b_row, p.B, block, last, p.K, t, lane);
+    issue_b_block<Cfg>(slot(block), b_row, p.B, block, last, p.K, t, lane, weight_policy);
   };
   auto load_a = [&](uint4 (&a)[2][2], int64_t block) {
     const int64_t k0 = block * Cfg::kBlockK;
