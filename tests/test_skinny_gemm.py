@@ -112,6 +112,34 @@ def test_error_is_tf32_rounding(m, n, k):
     assert ours <= 1.05 * rounded, (ours, rounded)
 
 
+# (m, n, k, precision, the automatic choice on Hopper). 3xTF32 from 9 rows:
+# up to 8 the automatic choice is the FP32 GEMV.
+UNDERFILLED = [(16, 1024, 8192, "tf32", "wgmma"), (8, 1024, 4096, "tf32", "wgmma"),
+               (16, 1024, 2048, "tf32", "skinny"), (16, 2048, 2048, "tf32", "skinny"),
+               (5, 256, 8192, "tf32", "skinny"),  # below 2^24 multiply-adds
+               (16, 256, 16384, "tf32", "wgmma"),  # above K = 8192
+               (16, 1024, 8192, "tf32x3", "wgmma"), (16, 1024, 4096, "tf32x3", "skinny"),
+               (16, 2048, 6144, "tf32x3", "skinny")]
+
+
+@pytest.mark.parametrize("m,n,k,precision,on_hopper", UNDERFILLED)
+def test_automatic_choice_when_skinny_leaves_sms_idle(m, n, k, precision, on_hopper):
+    """Fewer skinny CTAs (16 columns each) than SMs: on Hopper the kernel
+    that dispatch.cu's cost model (skinny_underfilled_faster) expects to end
+    sooner, the wgmma path splitting K over every SM or the skinny kernel;
+    elsewhere the skinny kernel. Values checked on the kernel taken."""
+    x, w = rows(m, k), rows(n, k)
+    expected = on_hopper if kernel_runs_here("wgmma") else "skinny"
+    assert n // 16 < torch.cuda.get_device_properties(0).multi_processor_count
+    info = kernel_info(x, w.mT, precision=precision)
+    if precision == "tf32":
+        assert info.startswith(expected), info
+    else:
+        split = "3xTF32 (B split" if expected == "wgmma" else "3xTF32 (A, B split"
+        assert info.startswith(split) and f"on {expected}" in info, info
+    assert_matmul_close(poisoned_matmul(x, w.mT, precision), x, w.mT, precision=precision)
+
+
 def test_folded_batch_and_vector_x():
     # x[2, 4, K] over one weight folds into M = 8; a 1-D x is M = 1 (leading
     # dimension 0), which serves any K, here odd, without padding.

@@ -420,12 +420,35 @@ static_assert(kSkinnyAutoMaxM <= SkinnyNarrow::kMaxM, "one block of rows");
 constexpr int64_t kSkinnyOverWgmmaMaxM = 8;
 constexpr int64_t kSkinnyOverWgmmaMaxWeight = int64_t{4096} * 4096;
 
-// With fewer skinny CTAs than SMs, each CTA streams its 16 columns over the
-// whole of K alone while the wgmma path splits K over every SM. Provisional
-// estimate, not measured: a lone CTA keeps 48 KB in flight, ~48 GB/s at
-// ~1 us of latency, ~1.4 ns per element of K; up to this K (~11 us) that
-// still beats the wgmma path's fixed ~20 us (reduction pass, launches).
+// With fewer skinny CTAs than SMs (N < 16 x SMs), each CTA streams its 16
+// columns over the whole of K while other SMs idle, so the skinny grid's
+// time grows with K whatever N is; the wgmma path splits K over every SM at
+// a fixed cost (split-K pass, launches) plus the weight's bytes at about
+// the HBM rate. Fitted to graph-timed device times on the H200 (session
+// 23, 5 to 16 rows, skinny vs wgmma, us): TF32 at 8 rows, K -> N 1024 ->
+// 2048 5.4 vs 8.6, 2048 -> 1024 7.3 vs 8.6, 4096 -> 2048 14.7 vs 15.1,
+// 4096 -> 1024 12.7 vs 10.9, 8192 -> 1024 23.1 vs 15.0, 14336 -> 2048
+// 44.7 vs 34.0; 3xTF32 (both splitting in registers) at 16 rows: 4096 ->
+// 1024 17.7 vs 18.7, 4096 -> 2048 18.7 vs 23.7, 8192 -> 1024 32.6 vs 24.8,
+// 14336 -> 2048 56.6 vs 53.5. On an H100 (less bandwidth: the wgmma path
+// slower) the crossing lies at larger K: TF32 4096 -> 1024 12.7 vs 12.6,
+// 3072 -> 1024 10.3 vs 11.3. Above K = 8192 the skinny grid fell behind
+// its fit, so the wgmma path takes it whatever the fit says.
+struct UnderfilledCost {
+  double skinny_us, skinny_us_per_k, wgmma_us, wgmma_us_per_weight_mb;
+};
+constexpr UnderfilledCost kUnderfilledTF32{2.5, 2.6e-3, 6.5, 0.227};
+constexpr UnderfilledCost kUnderfilledTF32x3{2.8, 3.6e-3, 12.6, 0.36};
 constexpr int64_t kSkinnyUnderfilledMaxK = 8192;
+
+// Whether the skinny kernel's grid, fewer CTAs than SMs, is expected to end
+// sooner than the wgmma path on `p` (UnderfilledCost).
+bool skinny_underfilled_faster(const GemmProblem& p, Precision precision) {
+  if (p.K > kSkinnyUnderfilledMaxK) return false;
+  const UnderfilledCost& c = precision == Precision::kTF32 ? kUnderfilledTF32 : kUnderfilledTF32x3;
+  const double weight_mb = 4e-6 * double(p.N) * double(p.K);
+  return c.skinny_us + c.skinny_us_per_k * double(p.K) <= c.wgmma_us + c.wgmma_us_per_weight_mb * weight_mb;
+}
 
 // Whether the automatic choice takes the skinny kernel for `p`, which it
 // can run. Off Hopper the alternative (mma.sync tiles, no split-K) has no
@@ -436,7 +459,11 @@ bool skinny_preferred(const GemmProblem& p, Precision precision, const DeviceInf
   if (precision == Precision::kTF32 && p.M > kSkinnyOverWgmmaMaxM &&
       p.N * p.K > kSkinnyOverWgmmaMaxWeight)
     return false;
-  return SkinnyNarrow::ctas(p.N) >= d.sm_count || p.K <= kSkinnyUnderfilledMaxK;
+  if (SkinnyNarrow::ctas(p.N) >= d.sm_count) return true;
+  // Below kWgmmaMinMacs TF32's alternative is the mma.sync tiles, with no
+  // more CTAs than skinny.
+  if (precision == Precision::kTF32 && p.M * p.N * p.K < kWgmmaMinMacs) return true;
+  return skinny_underfilled_faster(p, precision);
 }
 
 // The skinny tile for `p`: the wide one (half of A's re-reads) when it
