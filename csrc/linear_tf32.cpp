@@ -20,14 +20,18 @@ at::Tensor linear_tf32_cpu(const at::Tensor& x, const at::Tensor& weight,
   check_linear_args(x, weight, bias);
   const Activation act = parse_activation(activation, "linear_tf32");
   const Precision p = parse_precision(precision, "linear_tf32");
-  // The bias in float64 on the float64 product, rounded to float32 as the
-  // GPU's FP32 epilogue holds it before the activation: a pre-activation
-  // beyond float32's range is then +-inf there too, which GELU and SiLU turn
-  // into NaN as torch's do (applied in float64, they made -6e38 a finite
-  // -0.0). The activation in float64, then one more rounding: at least as
-  // accurate as the GPU's FP32 epilogue.
+  // Rounded to float32 where the GPU's FP32 epilogue holds a value: the
+  // product before the bias is added (a product beyond float32's range is
+  // +-inf there, and a bias cannot bring it back; added in float64 to the
+  // unrounded product, -FLT_MAX brought 2 FLT_MAX back to a finite value),
+  // and the biased sum before the activation (a pre-activation beyond
+  // float32's range is +-inf, which GELU and SiLU turn into NaN as torch's
+  // do; applied in float64, they made -6e38 a finite -0.0). The sum of two
+  // float32 values in float64, rounded once, is the FP32 add's result. The
+  // activation in float64, then one more rounding: at least as accurate as
+  // the GPU's FP32 epilogue.
   at::Tensor y = emulated_matmul(x, weight.t(), p);
-  if (bias.has_value()) y = y + bias->to(at::kDouble);
+  if (bias.has_value()) y = y.to(at::kFloat).to(at::kDouble) + bias->to(at::kDouble);
   if (act != Activation::kNone) y = y.to(at::kFloat).to(at::kDouble);
   return apply_activation(y, act).to(at::kFloat).contiguous();
 }

@@ -70,6 +70,7 @@ def force_kernel(kernel: Optional[str]) -> Iterator[None]:
 
     Raises:
         ValueError: an unknown kernel name.
+        TypeError: a kernel that is neither a string nor None.
         RuntimeError: entered inside a function that ``torch.compile`` traces;
             put the ``with`` block around the call of the compiled function.
             With ``fullgraph=True`` torch reports it as
@@ -91,6 +92,9 @@ def force_kernel(kernel: Optional[str]) -> Iterator[None]:
     if kernel is None:
         yield
         return
+    if not isinstance(kernel, str):
+        raise TypeError(f"force_kernel: kernel must be one of {', '.join(map(repr, KERNELS))} or None, "
+                        f"got {type(kernel).__name__} {kernel!r}")
     if kernel not in KERNELS:
         raise ValueError(f"force_kernel: unknown kernel {kernel!r}; expected one of {', '.join(KERNELS)}")
     with environment_variable(_ENV, kernel, caller="force_kernel"):

@@ -17,6 +17,7 @@ torch.compile traces, Dynamo reports any such error as
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from typing import Optional
@@ -239,6 +240,9 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return name.rsplit(".", 1)[-1][:-len("Tensor")]
 
 
+_INT64_MAX = 2**63 - 1
+
+
 def _matmul_shape(a: torch.Tensor, b: torch.Tensor) -> list:
     """Output shape of ``a @ b`` with the C++ operator's checks and messages."""
     torch._check(a.dim() >= 1 and b.dim() >= 1,
@@ -274,6 +278,12 @@ def _matmul_shape(a: torch.Tensor, b: torch.Tensor) -> list:
         out = out + [a.shape[-2]]
     if b.dim() >= 2:
         out = out + [b.shape[-1]]
+    # Sizes known at trace time only: a product of symbolic ones would add
+    # guards for a bound that data-dependent sizes cannot reach.
+    if all(type(d) is int for d in out) and 0 not in out:
+        torch._check(math.prod(out) <= _INT64_MAX,
+                     lambda: f"matmul_tf32: the result of a with shape {list(a.shape)} and b with shape "
+                             f"{list(b.shape)} would have shape {out}, more elements than int64_t can count")
     return out
 
 

@@ -40,6 +40,7 @@ def default_precision(precision: Optional[str]) -> Iterator[None]:
 
     Raises:
         ValueError: an unknown precision.
+        TypeError: a precision that is neither a string nor None.
         RuntimeError: entered inside a function that ``torch.compile`` traces;
             pass ``precision=`` to the operators there (or put the ``with``
             block around the call of the compiled function). With
@@ -60,6 +61,9 @@ def default_precision(precision: Optional[str]) -> Iterator[None]:
     if precision is None:
         yield
         return
+    if not isinstance(precision, str):  # as the operators' precision argument
+        raise TypeError(f"default_precision: precision must be one of {', '.join(map(repr, PRECISIONS))} or "
+                        f"None, got {type(precision).__name__} {precision!r}")
     if precision not in PRECISIONS:
         raise ValueError(f"default_precision: unknown precision {precision!r}; expected one of "
                          f"{', '.join(PRECISIONS)}")

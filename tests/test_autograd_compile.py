@@ -205,6 +205,9 @@ def test_force_kernel_rejects_unknown_names_and_restores_the_environment():
     with pytest.raises(ValueError, match="unknown kernel 'cublas'"):
         with pygpukit_torch.force_kernel("cublas"):
             pass
+    with pytest.raises(TypeError, match="kernel must be one of .* or None, got int 1"):
+        with pygpukit_torch.force_kernel(1):
+            pass
     with pygpukit_torch.force_kernel("fma"):
         assert os.environ["PYGPUKIT_KERNEL"] == "fma"
     assert os.environ.get("PYGPUKIT_KERNEL") == before

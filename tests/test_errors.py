@@ -81,6 +81,20 @@ def test_result_too_large_to_count():
     assert "more elements than int64_t can count" in done.stdout, (done.stdout, done.stderr)
 
 
+def test_result_too_large_to_count_on_meta_tensors():
+    """The fake implementation makes the same check, with the same message
+    (torch's own, from allocating the result, named neither the op nor the
+    operands)."""
+    messages = []
+    for device in ("cpu", "meta"):
+        a = torch.empty(1, 1, 1, device=device).expand(2 ** 40, 4096, 1)
+        b = torch.empty(1, 1, 1, device=device).expand(2 ** 40, 1, 4096)
+        with pytest.raises(RuntimeError, match="more elements than int64_t can count") as info:
+            matmul_tf32(a, b)
+        messages.append(str(info.value).split("\n")[0])
+    assert messages[0] == messages[1], messages
+
+
 @pytest.mark.parametrize("dtypes", [(torch.float32, torch.float16, None), (torch.float64, torch.float32, None),
                                     (torch.float32, torch.float32, torch.bfloat16), (torch.int64, torch.bool, None)])
 def test_dtype_errors_on_meta_tensors_read_as_on_real_ones(dtypes):

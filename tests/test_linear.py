@@ -145,6 +145,20 @@ def test_activation_of_a_product_beyond_float32(device, precision, activation):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("precision", ["tf32", "tf32x3", "ieee"])
+@pytest.mark.parametrize("activation", ["none", "relu"])
+def test_bias_does_not_bring_back_a_product_beyond_float32(device, precision, activation):
+    # 2^127 * 4 is +inf in float32 (exact in TF32 too, so every precision
+    # overflows), and stays +inf after -FLT_MAX is added, as in F.linear.
+    # The CPU path added the bias to the float64 product and returned FLT_MAX.
+    fmax = torch.finfo(torch.float32).max
+    x = torch.tensor([[2.0 ** 127]], device=device)
+    w, b = torch.tensor([[4.0]], device=device), torch.tensor([-fmax], device=device)
+    out = run(x, w, b, activation, precision=precision)
+    assert out.item() == float("inf"), out
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_matches_matmul_tf32_bitwise_without_epilogue(device):
     x = torch.randn(3, 50, 64, device=device)
     w, _ = layer(64, 40, False, device)

@@ -351,6 +351,9 @@ def test_default_precision_context_manager(device):
     with pytest.raises(ValueError, match="unknown precision 'fp64'"):
         with pygpukit_torch.default_precision("fp64"):
             pass
+    with pytest.raises(TypeError, match="precision must be one of .* or None, got int 1"):  # as the operators'
+        with pygpukit_torch.default_precision(1):
+            pass
     # None, as for the operators' argument: the default in force stays.
     with pygpukit_torch.default_precision("tf32x3"):
         with pygpukit_torch.default_precision(None):
