@@ -30,9 +30,10 @@ at::Tensor linear_tf32_cpu(const at::Tensor& x, const at::Tensor& weight,
   // float32 values in float64, rounded once, is the FP32 add's result. The
   // activation in float64, then one more rounding: at least as accurate as
   // the GPU's FP32 epilogue.
+  auto held_in_fp32 = [](const at::Tensor& t) { return t.to(at::kFloat).to(at::kDouble); };
   at::Tensor y = emulated_matmul(x, weight.t(), p);
-  if (bias.has_value()) y = y.to(at::kFloat).to(at::kDouble) + bias->to(at::kDouble);
-  if (act != Activation::kNone) y = y.to(at::kFloat).to(at::kDouble);
+  if (bias.has_value()) y = held_in_fp32(y) + bias->to(at::kDouble);
+  if (act != Activation::kNone) y = held_in_fp32(y);
   return apply_activation(y, act).to(at::kFloat).contiguous();
 }
 

@@ -280,7 +280,7 @@ def _matmul_shape(a: torch.Tensor, b: torch.Tensor) -> list:
         out = out + [b.shape[-1]]
     # Sizes known at trace time only: a product of symbolic ones would add
     # guards for a bound that data-dependent sizes cannot reach.
-    if all(type(d) is int for d in out) and 0 not in out:
+    if all(type(d) is int for d in out):
         torch._check(math.prod(out) <= _INT64_MAX,
                      lambda: f"matmul_tf32: the result of a with shape {list(a.shape)} and b with shape "
                              f"{list(b.shape)} would have shape {out}, more elements than int64_t can count")

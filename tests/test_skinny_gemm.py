@@ -128,9 +128,10 @@ def test_automatic_choice_when_skinny_leaves_sms_idle(m, n, k, precision, on_hop
     that dispatch.cu's cost model (skinny_underfilled_faster) expects to end
     sooner, the wgmma path splitting K over every SM or the skinny kernel;
     elsewhere the skinny kernel. Values checked on the kernel taken."""
+    if n // 16 >= torch.cuda.get_device_properties(0).multi_processor_count:
+        pytest.skip("the skinny grid fills this GPU's SMs")
     x, w = rows(m, k), rows(n, k)
     expected = on_hopper if kernel_runs_here("wgmma") else "skinny"
-    assert n // 16 < torch.cuda.get_device_properties(0).multi_processor_count
     info = kernel_info(x, w.mT, precision=precision)
     if precision == "tf32":
         assert info.startswith(expected), info
@@ -138,6 +139,18 @@ def test_automatic_choice_when_skinny_leaves_sms_idle(m, n, k, precision, on_hop
         split = "3xTF32 (B split" if expected == "wgmma" else "3xTF32 (A, B split"
         assert info.startswith(split) and f"on {expected}" in info, info
     assert_matmul_close(poisoned_matmul(x, w.mT, precision), x, w.mT, precision=precision)
+
+
+def test_tf32x3_staged_small_problem_runs_skinny():
+    """x @ W with N not a multiple of 4 (not TMA-addressable): 3xTF32 packs
+    both operands' parts K-major (3K columns) and the skinny kernel runs
+    them. Below 2^24 multiply-adds its alternative is the mma.sync tiles (2
+    CTAs here), 10x slower on the H200 (275.7 vs 27.3 us), which a first
+    form of the underfilled rule chose."""
+    x, w = torch.randn(5, 2048, device="cuda"), torch.randn(2048, 255, device="cuda")
+    info = kernel_info(x, w, precision="tf32x3")
+    assert "3K columns) on skinny" in info, info
+    assert_matmul_close(poisoned_matmul(x, w, "tf32x3"), x, w, precision="tf32x3")
 
 
 def test_folded_batch_and_vector_x():

@@ -460,10 +460,15 @@ bool skinny_preferred(const GemmProblem& p, Precision precision, const DeviceInf
       p.N * p.K > kSkinnyOverWgmmaMaxWeight)
     return false;
   if (SkinnyNarrow::ctas(p.N) >= d.sm_count) return true;
-  // Below kWgmmaMinMacs TF32's alternative is the mma.sync tiles, with no
-  // more CTAs than skinny.
-  if (precision == Precision::kTF32 && p.M * p.N * p.K < kWgmmaMinMacs) return true;
-  return skinny_underfilled_faster(p, precision);
+  // The alternatives the cost model knows: the kernel that splits 3xTF32's
+  // weight in registers (at any size), and the wgmma path on a TF32 product
+  // (TF32, or 3xTF32's staged parts over 3K) from kWgmmaMinMacs up. The
+  // others (packing the weight's parts per call; the mma.sync tiles, with
+  // no more CTAs than skinny) lose to the skinny kernel.
+  if (precision == Precision::kTF32x3 && !p.split3_parts)
+    return !split3_swap_ab_runs(p, precision) || skinny_underfilled_faster(p, precision);
+  if (p.M * p.N * p.K < kWgmmaMinMacs) return true;
+  return skinny_underfilled_faster(p, Precision::kTF32);
 }
 
 // The skinny tile for `p`: the wide one (half of A's re-reads) when it

@@ -62,7 +62,8 @@ __device__ __forceinline__ void load_a_block(uint4 (&a)[2][2], const float* cons
 // cp.async.wait_group is all the synchronization needed. Slot layout: chunk
 // c = 2j + h of every lane, [c][lane], 16 bytes each, which makes the
 // copies and the reads back conflict-free. The copies are marked L2
-// evict-first: W is read once, and in normal priority it ran slower, likely
+// evict-first: W is read once (per 16-row block, where forced blocks of
+// rows run one after another), and in normal priority it ran slower, likely
 // by evicting lines that are read again (A's rows, which CTAs re-read from L2;
 // H200, graph-timed, 16 rows: 4096 -> 4096 23.4 -> 21.7 us, 4096 -> 2048
 // 19.1 -> 15.4 us; 8 rows, 14336 -> 4096: 67.0 -> 64.2 us; session 23).
