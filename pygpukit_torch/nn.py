@@ -137,9 +137,13 @@ class TF32Linear(nn.Linear):
             ValueError: `linear` holds what the new module would not carry or
                 cannot compute (lazy, parametrized or pruned weights, other
                 parameters, buffers or children, module hooks, a dtype other
-                than float32), or an unknown activation or precision.
-            TypeError: an activation or precision that is not a string (or None).
+                than float32, a weight or bias not of nn.Linear's shapes), or
+                an unknown activation or precision.
+            TypeError: `linear` not an nn.Linear, or an activation or
+                precision that is not a string (or None).
         """
+        if not isinstance(linear, nn.Linear):
+            raise TypeError(f"TF32Linear.from_linear: expected an nn.Linear, got {type(linear).__name__}")
         activation = _check_options(activation, precision, caller="TF32Linear.from_linear")
         reason = _unwrappable_reason(linear)
         if reason is not None:
@@ -313,6 +317,14 @@ def _unwrappable_reason(module: nn.Linear) -> Optional[str]:
     dtypes = {module.weight.dtype} | ({module.bias.dtype} if module.bias is not None else set())
     if dtypes != {torch.float32}:
         return f"parameters of dtype {', '.join(sorted(str(d) for d in dtypes))}, not float32"
+    # F.linear also takes a 1-D weight and a bias that merely broadcasts;
+    # linear_tf32 takes nn.Linear's shapes only.
+    out_in = [module.out_features, module.in_features]
+    bias_shape = None if module.bias is None else list(module.bias.shape)
+    if list(module.weight.shape) != out_in or bias_shape not in (None, out_in[:1]):
+        return (f"weight of shape {list(module.weight.shape)}"
+                + ("" if bias_shape is None else f" and bias of shape {bias_shape}")
+                + f", not [out_features, in_features] = {out_in} and [out_features]")
     return None
 
 
@@ -350,6 +362,19 @@ def _state_beyond_weight_and_bias(module: nn.Linear) -> Optional[str]:
     return None
 
 
+def _filter_keeps(filter_fn: FilterFn, module: nn.Module, fqn: str, caller: str) -> bool:
+    """filter_fn's verdict, true to act on `module`. A string is refused: a
+    policy returns a reason string to skip, where a filter's (truthy)
+    string would swap, so a policy passed as a filter would invert the
+    selection."""
+    keep = filter_fn(module, fqn)
+    if isinstance(keep, str):
+        raise TypeError(f"{caller}: filter_fn must return true to swap or false to skip; it returned the string "
+                        f"{keep!r} for {fqn or 'the model'!r} (a function returning None or a reason is a policy: "
+                        "pass it as policy=)")
+    return bool(keep)
+
+
 def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, activation_fusion: bool = False,
                  precision: Optional[str] = None, policy: Optional[Policy] = default_policy,
                  swap_subclasses: bool = False) -> nn.Module:
@@ -378,11 +403,17 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
 
     Args:
         model: any module; it is modified in place.
-        filter_fn: ``(module, fully qualified name) -> bool``, True to swap.
+        filter_fn: ``(module, fully qualified name) -> bool``, true to swap
+            (any truthy value but a string; a string raises TypeError, as a
+            policy's reason would be read the other way round).
         activation_fusion: if True, a swapped Linear directly followed by
             ``nn.ReLU``, ``nn.GELU`` (either approximation) or ``nn.SiLU``
             in an ``nn.Sequential`` takes that activation into its epilogue,
-            and the activation module becomes ``nn.Identity``.
+            and the activation module becomes ``nn.Identity``. This assumes
+            that the Sequential is called as a whole: code that indexes it
+            and calls the Linear on its own (e.g. to keep the
+            pre-activation) then gets the activation from the Linear, which
+            changes its results; leave fusion off for such models.
         precision: the new modules' precision (see matmul_tf32).
         policy: ``(module, fqn) -> reason or None``: None swaps, a
             non-empty string skips and is the reason reported; anything
@@ -401,8 +432,8 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
     Raises:
         ValueError: an unknown precision.
         TypeError: a model that is not an nn.Module, a precision that is not
-            a string, or a policy that returns something other than None or a
-            non-empty string.
+            a string, a filter_fn that returns a string, or a policy that
+            returns something other than None or a non-empty string.
         Whatever `filter_fn` or `policy` raises. In every case the model is
         left as it was: layers already swapped are put back.
     """
@@ -428,7 +459,7 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
         reason = _parent_reason(parent, _NEVER_CALLED_BY)
         if reason is None:
             reason = _unswappable_reason(module, swap_subclasses)
-        if reason is None and filter_fn is not None and not filter_fn(module, fqn):
+        if reason is None and filter_fn is not None and not _filter_keeps(filter_fn, module, fqn, "swap_linear_"):
             reason = "excluded by filter_fn"
         if reason is None and policy is not None:
             reason = policy(module, fqn)
@@ -514,7 +545,8 @@ def unswap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None) ->
     Parameters were reassigned since, a plain ``nn.Linear`` around its
     Parameters), and the original activation module back in place of the
     ``nn.Identity`` that activation fusion left. A TF32Linear with an activation that swap_linear_ did not
-    fuse has no module to restore it to and stays (a warning is logged), and
+    fuse (or that was changed after the swap) has no module to restore it to
+    and stays (a warning is logged), and
     so does one holding state that the restored module would drop: a
     parametrization or pruning, other parameters or buffers, or module hooks
     (e.g. added after the swap).
@@ -523,12 +555,18 @@ def unswap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None) ->
     removed: it describes a swap that no longer holds.
 
     Returns `model`, or the new nn.Linear when `model` itself is a TF32Linear.
+
+    Raises:
+        TypeError: a model that is not an nn.Module, or a filter_fn that
+            returns a string (see swap_linear_).
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"unswap_linear_: model must be an nn.Module, got {type(model).__name__}")
     replacements: Dict[int, nn.Module] = {}
     model.__dict__.pop("pygpukit_swap_report", None)
 
     def restore(module: TF32Linear, fqn: str, parent: Optional[nn.Module], next_name: Optional[str]) -> nn.Module:
-        if filter_fn is not None and not filter_fn(module, fqn):
+        if filter_fn is not None and not _filter_keeps(filter_fn, module, fqn, "unswap_linear_"):
             return module
         # E.g. pruning, a parametrization or a hook added after the swap.
         reason = _state_beyond_weight_and_bias(module)
@@ -541,6 +579,11 @@ def unswap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None) ->
             if unfused is None:
                 log.warning("pygpukit unswap_linear_: kept TF32Linear %r with activation %r: no activation "
                             "module to restore", fqn, module.activation)
+                return module
+            if _fusable_activation(unfused) != module.activation:
+                log.warning("pygpukit unswap_linear_: kept TF32Linear %r: its activation is %r, but the module "
+                            "fused into it computes %r (the activation was changed after the swap)", fqn,
+                            module.activation, _fusable_activation(unfused))
                 return module
             unfused.train(module.training)
             setattr(parent, next_name, unfused)
@@ -575,7 +618,10 @@ def swapped_linear(model: nn.Module, **swap_kwargs) -> Iterator[nn.Module]:
     `model`'s Linear layers swapped (:func:`swap_linear_` with `swap_kwargs`;
     `m` is `model`, or the new module when `model` is itself a Linear), then
     restores exactly the modules it swapped, also when the body raises.
-    TF32Linear modules that existed before are left as they were."""
+    TF32Linear modules that existed before are left as they were.
+    Raises what swap_linear_ raises, before the body runs."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"swapped_linear: model must be an nn.Module, got {type(model).__name__}")
     before = {id(m) for m in model.modules() if isinstance(m, TF32Linear)}
     swapped = swap_linear_(model, **swap_kwargs)
     try:

@@ -30,7 +30,14 @@ def cublas_tf32(enabled: bool):
 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """‖out − ref‖ / ‖ref‖, computed in float64 (outside autograd)."""
+    """‖out − ref‖ / ‖ref‖, computed in float64 (outside autograd).
+
+    Raises:
+        ValueError: `out` and `ref` of different shapes (broadcasting one
+            against the other would hide a wrong-shaped result).
+    """
+    if out.shape != ref.shape:
+        raise ValueError(f"rel_error: out has shape {list(out.shape)} but ref has shape {list(ref.shape)}")
     ref = ref.detach().double()
     return float((out.detach().double() - ref).norm() / ref.norm())
 

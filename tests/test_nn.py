@@ -281,6 +281,27 @@ def test_from_linear_refuses_what_it_would_not_carry():
             TF32Linear.from_linear(linear)
     # A layer on the meta device (weights loaded later) is wrapped.
     assert TF32Linear.from_linear(nn.Linear(4, 3, device="meta")).weight.is_meta
+    with pytest.raises(TypeError, match="TF32Linear.from_linear: expected an nn.Linear, got Conv1d"):
+        TF32Linear.from_linear(nn.Conv1d(3, 3, 1))
+
+
+def test_layers_of_other_shapes_than_nn_linear_are_refused_and_skipped():
+    # F.linear (and so nn.Linear) also computes with a bias that broadcasts
+    # or a 1-D weight; linear_tf32 does not: such layers were wrapped and
+    # swapped, and their forward then failed.
+    broadcast_bias = nn.Linear(8, 8)
+    broadcast_bias.bias = nn.Parameter(torch.zeros(1))
+    vector_weight = nn.Linear(8, 1, bias=False)
+    vector_weight.weight = nn.Parameter(torch.randn(8))
+    for linear, words in ((broadcast_bias, r"bias of shape \[1\]"), (vector_weight, r"weight of shape \[8\]")):
+        x = torch.randn(2, 8)
+        with pytest.raises(ValueError, match=f"cannot stand in for this Linear: .*{words}"):
+            TF32Linear.from_linear(linear)
+        model = nn.Sequential(linear)
+        ref = model(x)
+        swap_linear_(model, policy=None)
+        assert model[0] is linear and "not [out_features, in_features]" in model.pygpukit_swap_report.skipped[0][1]
+        assert torch.equal(model(x), ref)
 
 
 # ---- activation fusion -------------------------------------------------------------------------
@@ -330,6 +351,42 @@ def test_unswap_keeps_activation_it_cannot_restore(caplog):
     unswap_linear_(model)
     assert isinstance(model[0], TF32Linear) and type(model[1]) is nn.Linear
     assert "no activation module to restore" in caplog.text
+
+
+def test_unswap_keeps_a_layer_whose_fused_activation_was_changed(caplog):
+    # Putting back the GELU fused at the swap would change the outputs of a
+    # layer that computes ReLU since.
+    model = nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 8))
+    swap_linear_(model, activation_fusion=True, policy=None, precision="ieee")
+    model[0].activation = "relu"
+    x = torch.randn(3, 8)
+    before = model(x)
+    unswap_linear_(model)
+    assert isinstance(model[0], TF32Linear) and type(model[1]) is nn.Identity and type(model[2]) is nn.Linear
+    assert "its activation is 'relu', but the module fused into it computes 'gelu'" in caplog.text
+    torch.testing.assert_close(model(x), before)  # FP32 both ways, the last layer on torch now
+
+
+def test_filter_fn_returning_a_string_is_refused():
+    # A policy (None to swap, a reason to skip) passed as filter_fn would
+    # have its answers read the other way round.
+    message = "filter_fn must return true to swap or false to skip; it returned the string 'no'"
+    model = nn.Sequential(nn.Linear(4, 4))
+    with pytest.raises(TypeError, match="swap_linear_: " + message):
+        swap_linear_(model, filter_fn=lambda module, fqn: "no", policy=None)
+    assert type(model[0]) is nn.Linear
+    model = nn.Sequential(TF32Linear(4, 4))
+    with pytest.raises(TypeError, match="unswap_linear_: " + message):
+        unswap_linear_(model, filter_fn=lambda module, fqn: "no")
+    assert type(model[0]) is TF32Linear
+
+
+def test_swap_helpers_name_a_model_that_is_not_a_module():
+    with pytest.raises(TypeError, match="unswap_linear_: model must be an nn.Module, got list"):
+        unswap_linear_([nn.Linear(3, 3)])
+    with pytest.raises(TypeError, match="swapped_linear: model must be an nn.Module, got int"):
+        with swapped_linear(5):
+            pass
 
 
 # ---- context manager ---------------------------------------------------------------------------

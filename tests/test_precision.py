@@ -512,3 +512,11 @@ def test_wrappers_trace_under_fx_symbolic_trace():
     a, b, w, bias = torch.randn(4, 6), torch.randn(6, 5), torch.randn(3, 5), torch.randn(3)
     graph = torch.fx.symbolic_trace(Model())
     torch.testing.assert_close(graph(a, b, w, bias), Model()(a, b, w, bias), rtol=0, atol=0)
+
+
+def test_rel_error_refuses_operands_of_different_shapes():
+    # Broadcasting one against the other let a wrong-shaped result pass
+    # (rel_error(ones(1), ones(1000)) was 0). conftest's is testing's.
+    with pytest.raises(ValueError, match=r"rel_error: out has shape \[1\] but ref has shape \[1000\]"):
+        rel_error(torch.ones(1), torch.ones(1000))
+    assert rel_error(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 4.0])) == pytest.approx(2 / 17 ** 0.5)
