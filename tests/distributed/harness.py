@@ -31,10 +31,14 @@ NVLINK_MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICA
 # Both sides of every comparison use the same TF32 arithmetic on the same
 # inputs; they differ only in summation order (a batch or K split across
 # ranks) and in a few TF32 roundings flipped by that. A norm-wise relative
-# error of 1e-3 (about two TF32 unit roundoffs, 2^-11 each) passes those and
+# error of 2e-3 (about four TF32 unit roundoffs, 2^-11 each) passes those and
 # fails any real mistake (a missed average is off by a factor, a wrong shard
-# by O(1)). Measured on CPU/gloo, 2 and 4 ranks: at most 1.3e-7.
-TF32_TOL = 1e-3
+# by O(1)). Measured on CPU/gloo: at most 1.3e-7 with 2 and 4 ranks, but
+# 6.3e-4-7.3e-4 for the DDP/FSDP2 gradients with 3, 5, 6 and 7 (session 23;
+# 1.9e-7 there with PYGPUKIT_PRECISION=ieee, so TF32 rounding, likely of
+# gradients averaged over a world size that is not a power of two), too
+# close to the 1e-3 used before.
+TF32_TOL = 2e-3
 
 # Model: widths divisible by 8, so tensor parallelism splits them evenly on
 # up to 8 ranks; pairs of (column-wise, row-wise) Linear layers, the last one
