@@ -580,10 +580,11 @@ def unswap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None) ->
                 log.warning("pygpukit unswap_linear_: kept TF32Linear %r with activation %r: no activation "
                             "module to restore", fqn, module.activation)
                 return module
-            if _fusable_activation(unfused) != module.activation:
+            fused = _fusable_activation(unfused)
+            if fused != module.activation:
                 log.warning("pygpukit unswap_linear_: kept TF32Linear %r: its activation is %r, but the module "
                             "fused into it computes %r (the activation was changed after the swap)", fqn,
-                            module.activation, _fusable_activation(unfused))
+                            module.activation, fused)
                 return module
             unfused.train(module.training)
             setattr(parent, next_name, unfused)

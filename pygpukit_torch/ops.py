@@ -89,12 +89,18 @@ def _checked_on_failure(call, check):
         del failure
 
 
-def _check_precision_type(op: str, precision) -> None:
+def _check_precision_is_str(op: str, precision) -> None:
     """A TypeError naming the choices for a precision that is neither a
     string nor None (the schema's own type error names neither)."""
     if precision is not None and not isinstance(precision, str):
         raise TypeError(f"{op}: precision must be one of {', '.join(map(repr, PRECISIONS))} or None, "
                         f"got {type(precision).__name__} {precision!r}")
+
+
+def _check_precision_type(op: str, precision) -> None:
+    """_check_precision_is_str, and the ValueError of an unknown precision
+    for a string that cannot reach the operator (_utf8)."""
+    _check_precision_is_str(op, precision)
     if precision is not None and not _utf8(precision):
         _check_precision(op, precision)  # the ValueError of an unknown precision
 

@@ -22,7 +22,7 @@ import contextlib
 from typing import Iterator, Optional
 
 from ._env import environment_variable
-from .ops import PRECISIONS
+from .ops import PRECISIONS, _check_precision_is_str
 
 _ENV = "PYGPUKIT_PRECISION"
 
@@ -61,9 +61,7 @@ def default_precision(precision: Optional[str]) -> Iterator[None]:
     if precision is None:
         yield
         return
-    if not isinstance(precision, str):  # as the operators' precision argument
-        raise TypeError(f"default_precision: precision must be one of {', '.join(map(repr, PRECISIONS))} or "
-                        f"None, got {type(precision).__name__} {precision!r}")
+    _check_precision_is_str("default_precision", precision)  # as the operators' precision argument
     if precision not in PRECISIONS:
         raise ValueError(f"default_precision: unknown precision {precision!r}; expected one of "
                          f"{', '.join(PRECISIONS)}")
