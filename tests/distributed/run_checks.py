@@ -14,6 +14,7 @@ check failed.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import torch
@@ -48,4 +49,14 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    # Exit without the interpreter's teardown. With torch 2.15 over gloo, one
+    # rank in about ten aborted there ("terminate called without an active
+    # exception", no Python frame on the stack) after every check had passed
+    # and the process group was destroyed: 4 of 40 runs on 2 CPU processes
+    # (session 24; 0 of 40 with this exit), and the CI failure of session 23.
+    # Nothing of the checks runs after this point, so skipping the teardown
+    # hides no result.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
