@@ -149,9 +149,12 @@ struct LinearTF32 : public torch::autograd::Function<LinearTF32> {
     // with one more (non-activated) linear_tf32, like activation
     // checkpointing; the kernels are deterministic, so it is bitwise the
     // forward's z. ReLU needs no z: z > 0 exactly where the output is > 0.
+    // Only a weight that requires grad gets here with GELU or SiLU
+    // (linear_tf32_autograd), so x is saved for its gradient anyway.
     const bool recompute =
         act == Activation::kGelu || act == Activation::kGeluTanh || act == Activation::kSilu;
-    ctx->save_for_backward({(weight.requires_grad() || recompute) ? x : at::Tensor(),
+    TORCH_INTERNAL_ASSERT(!recompute || weight.requires_grad());
+    ctx->save_for_backward({weight.requires_grad() ? x : at::Tensor(),
                             (x.requires_grad() || recompute) ? weight : at::Tensor(),
                             recompute && bias.has_value() ? *bias : at::Tensor(),
                             act == Activation::kRelu ? y : at::Tensor()});
@@ -203,9 +206,19 @@ at::Tensor linear_tf32_autograd(const at::Tensor& x, const at::Tensor& weight,
                                 PrecisionArg precision) {
   const at::Tensor none;
   check_no_tangent("linear_tf32", {&x, &weight, bias.has_value() ? &*bias : &none});
-  if (x.defined() && weight.defined() && torch::autograd::compute_requires_grad(x, weight, bias))
+  if (!(x.defined() && weight.defined() && torch::autograd::compute_requires_grad(x, weight, bias)))
+    return call_below_autograd(linear_tf32_op(), x, weight, bias, activation, precision);
+  const Activation act = parse_activation(activation, "linear_tf32");
+  if (weight.requires_grad() || act == Activation::kNone || act == Activation::kRelu)
     return LinearTF32::apply(x, weight, bias, activation, precision);
-  return call_below_autograd(linear_tf32_op(), x, weight, bias, activation, precision);
+  // A frozen weight with GELU or SiLU: no gradient needs x, which the fused
+  // node would save only to recompute the pre-activation z. Saved, x made a
+  // backward fail where nn.Linear + nn.GELU's works: x changed in place
+  // after the layer (a residual `x += mlp(x)`), or x an inference tensor.
+  // So z is computed (and saved by ATen's activation) as torch's unfused
+  // pair does; the activation is then ATen's rather than the epilogue's,
+  // which on CUDA may differ from it in the last bits.
+  return apply_activation(LinearTF32::apply(x, weight, bias, "none", precision), act);
 }
 
 }  // namespace

@@ -85,6 +85,11 @@ class TF32Linear(nn.Linear):
             value = _check_options(value, None)
         elif name == "precision":
             _check_options("none", value)
+        if name in ("activation", "precision") and value is not None:
+            # Held as a plain str: a subclass (an enum.StrEnum member) would
+            # show as the enum in repr, and TorchScript types the attribute
+            # from its class.
+            value = str.__str__(value)
         super().__setattr__(name, value)
         if name in ("weight", "bias"):
             self._forget_stale_original()
@@ -106,17 +111,17 @@ class TF32Linear(nn.Linear):
                                         for name in ("weight", "bias")):
             del self.__dict__["_original_linear"]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # The operator itself rather than the Python wrapper, so that
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        # `input`, nn.Linear's name: models call layer(input=h). The operator itself rather than the Python wrapper, so that
         # torch.jit.script can compile this module as it does nn.Linear. In
-        # Python, x is checked if the operator fails: nn.Linear takes nested
-        # and sparse inputs, and a swapped layer's error must name the layer
-        # and what x is, not the dispatcher's ("Could not run ...
-        # 'SparseCPU' backend").
+        # Python, the input is checked if the operator fails: nn.Linear takes
+        # nested and sparse inputs, and a swapped layer's error must name the
+        # layer and what the input is, not the dispatcher's ("Could not run
+        # ... 'SparseCPU' backend").
         if torch.jit.is_scripting():
-            return torch.ops.pygpukit.linear_tf32(x, self.weight, self.bias, self.activation,
+            return torch.ops.pygpukit.linear_tf32(input, self.weight, self.bias, self.activation,
                                                   precision=self.precision)
-        return _linear_checked_on_failure(x, self.weight, self.bias, self.activation, self.precision)
+        return _linear_checked_on_failure(input, self.weight, self.bias, self.activation, self.precision)
 
     def extra_repr(self) -> str:
         extra = super().extra_repr()
@@ -375,6 +380,22 @@ def _filter_keeps(filter_fn: FilterFn, module: nn.Module, fqn: str, caller: str)
     return bool(keep)
 
 
+# Why a Linear inside a TorchScript module (torch.jit.script or trace) stays:
+# its submodules are compiled code, not the Python modules it was made from.
+_SCRIPTED = "inside a TorchScript module (swap before torch.jit.script or torch.jit.trace)"
+
+
+def _check_model(caller: str, model) -> None:
+    """TypeError for a model whose layers the swap helpers cannot replace:
+    not an nn.Module, or a TorchScript module (see _SCRIPTED)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"{caller}: model must be an nn.Module, got {type(model).__name__}")
+    if isinstance(model, torch.jit.ScriptModule):
+        raise TypeError(f"{caller}: model is a TorchScript module ({type(model).__name__}), whose layers cannot "
+                        f"be replaced; swap before torch.jit.script or torch.jit.trace (scripted models with "
+                        f"swapped layers work)")
+
+
 def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, activation_fusion: bool = False,
                  precision: Optional[str] = None, policy: Optional[Policy] = default_policy,
                  swap_subclasses: bool = False) -> nn.Module:
@@ -431,14 +452,15 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
 
     Raises:
         ValueError: an unknown precision.
-        TypeError: a model that is not an nn.Module, a precision that is not
+        TypeError: a model that is not an nn.Module or is a TorchScript
+            module (Linear layers inside a scripted submodule are skipped,
+            with the reason), a precision that is not
             a string, a filter_fn that returns a string, or a policy that
             returns something other than None or a non-empty string.
         Whatever `filter_fn` or `policy` raises. In every case the model is
         left as it was: layers already swapped are put back.
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"swap_linear_: model must be an nn.Module, got {type(model).__name__}")
+    _check_model("swap_linear_", model)
     _check_options("none", precision, caller="swap_linear_")
     report = SwapReport()
     replacements: Dict[Tuple[int, str], nn.Module] = {}
@@ -498,6 +520,11 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
         fusing = activation_fusion and type(module) is nn.Sequential
         for name, next_name in zip(names, names[1:] + [None]):
             child, child_fqn = module._modules[name], f"{fqn}.{name}" if fqn else name
+            if isinstance(child, torch.jit.ScriptModule):
+                report.skipped += [(f"{child_fqn}.{sub_fqn}" if sub_fqn else child_fqn, _SCRIPTED)
+                                   for sub_fqn, sub in child.named_modules()
+                                   if getattr(sub, "original_name", None) == "Linear"]
+                continue
             if not isinstance(child, nn.Linear):
                 new = convert(child, child_fqn)
             else:
@@ -557,11 +584,11 @@ def unswap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None) ->
     Returns `model`, or the new nn.Linear when `model` itself is a TF32Linear.
 
     Raises:
-        TypeError: a model that is not an nn.Module, or a filter_fn that
+        TypeError: a model that is not an nn.Module or is a TorchScript
+            module, or a filter_fn that
             returns a string (see swap_linear_).
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"unswap_linear_: model must be an nn.Module, got {type(model).__name__}")
+    _check_model("unswap_linear_", model)
     replacements: Dict[int, nn.Module] = {}
     model.__dict__.pop("pygpukit_swap_report", None)
 
@@ -621,8 +648,7 @@ def swapped_linear(model: nn.Module, **swap_kwargs) -> Iterator[nn.Module]:
     restores exactly the modules it swapped, also when the body raises.
     TF32Linear modules that existed before are left as they were.
     Raises what swap_linear_ raises, before the body runs."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"swapped_linear: model must be an nn.Module, got {type(model).__name__}")
+    _check_model("swapped_linear", model)
     before = {id(m) for m in model.modules() if isinstance(m, TF32Linear)}
     swapped = swap_linear_(model, **swap_kwargs)
     try:

@@ -128,7 +128,11 @@ def _unknown_activation(op: str, activation: str) -> str:
 def _utf8(text: str) -> bool:
     """Whether `text` can reach the operator: the schema's string arguments
     refuse one that UTF-8 cannot encode (a lone surrogate) with a type error
-    naming neither the argument's value nor the choices."""
+    naming neither the argument's value nor the choices. Not checked while
+    torch.compile traces: Dynamo cannot trace ``encode`` on a str subclass
+    (an ``enum.StrEnum`` member), which the operator takes as it is."""
+    if torch.compiler.is_compiling():
+        return True
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

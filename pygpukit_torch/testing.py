@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 
 import torch
 import torch.nn.functional as F
@@ -30,16 +31,27 @@ def cublas_tf32(enabled: bool):
 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """‖out − ref‖ / ‖ref‖, computed in float64 (outside autograd).
+    """‖out − ref‖ / ‖ref‖ (Frobenius norms), computed in float64 (outside
+    autograd). A zero or empty `ref` gives 0.0 where `out` equals it and inf
+    where it does not (0/0 would be NaN, and ``rel_error(...) < tol`` then
+    fails on a correct result).
 
     Raises:
         ValueError: `out` and `ref` of different shapes (broadcasting one
             against the other would hide a wrong-shaped result).
+        TypeError: a complex tensor (converting it to float64 would drop its
+            imaginary part).
     """
     if out.shape != ref.shape:
         raise ValueError(f"rel_error: out has shape {list(out.shape)} but ref has shape {list(ref.shape)}")
+    for name, t in (("out", out), ("ref", ref)):
+        if t.is_complex():
+            raise TypeError(f"rel_error: {name} is complex ({t.dtype}); it compares real tensors")
     ref = ref.detach().double()
-    return float((out.detach().double() - ref).norm() / ref.norm())
+    diff, norm = float((out.detach().double() - ref).norm()), float(ref.norm())
+    if norm == 0.0:
+        return 0.0 if diff == 0.0 else math.inf
+    return diff / norm
 
 
 class LlamaBlock(nn.Module):

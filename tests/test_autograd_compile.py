@@ -1,6 +1,7 @@
 """Autograd formulas, torch.library.opcheck, torch.compile and the
 precision switch of pygpukit::matmul_tf32."""
 
+import enum
 import os
 import subprocess
 import sys
@@ -104,6 +105,22 @@ def test_torch_compile_fullgraph(device):
     torch.testing.assert_close(out, f(x, w, v), atol=1e-4, rtol=1e-4)
     out.sum().backward()
     assert x.grad is not None and x.grad.shape == x.shape
+
+
+def test_torch_compile_fullgraph_with_enum_options():
+    # The wrappers' check that a name can reach the operator called
+    # str.encode, which Dynamo cannot trace on a str subclass.
+    class Option(str, enum.Enum):
+        GELU = "gelu"
+        IEEE = "ieee"
+
+    def f(x, w):
+        return pygpukit_torch.linear_tf32(matmul_tf32(x, w, precision=Option.IEEE), w.T, activation=Option.GELU,
+                                          precision=Option.IEEE)
+
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    compiled = torch.compile(f, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(x, w), f(x, w), rtol=0, atol=0)
 
 
 @requires_cuda

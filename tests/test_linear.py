@@ -255,6 +255,38 @@ def test_only_needed_gradients(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "silu"])
+def test_frozen_weight_saves_no_input(device, activation):
+    # With a frozen weight no gradient needs x. Saved (to recompute the
+    # pre-activation), it made a backward fail where nn.Linear + the
+    # activation's works: x changed in place after the layer, or x an
+    # inference tensor with only the bias trainable.
+    w, b = torch.randn(16, 12, device=device), torch.randn(16, device=device)
+    x0 = torch.randn(5, 12, device=device, requires_grad=True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        x = x0 * 1.0
+        y = linear_tf32(x, w, b, activation, precision="ieee")
+    assert not any(t.data_ptr() == x.data_ptr() for t in saved)
+    x += 1.0  # a residual added in place, after the layer
+    (gx,) = torch.autograd.grad(y.square().sum(), x0, create_graph=True)
+    (ggx,) = torch.autograd.grad(gx.square().sum(), x0)  # double backward through the saved pre-activation
+    x64 = x0.detach().double().requires_grad_()
+    y64 = linear_reference(x64, w, b, activation)
+    (gx64,) = torch.autograd.grad(y64.square().sum(), x64, create_graph=True)
+    (ggx64,) = torch.autograd.grad(gx64.square().sum(), x64)
+    torch.testing.assert_close(gx.double(), gx64, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(ggx.double(), ggx64, rtol=1e-4, atol=1e-4)
+    with torch.inference_mode():
+        xi = torch.randn(5, 12, device=device)
+    b.requires_grad_()
+    (gb,) = torch.autograd.grad(linear_tf32(xi, w, b, activation, precision="ieee").sum(), b)
+    b64 = b.detach().double().requires_grad_()
+    (gb64,) = torch.autograd.grad(linear_reference(xi.clone(), w, b64, activation).sum(), b64)
+    torch.testing.assert_close(gb.double(), gb64, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
 def test_no_autograd_state_without_grad(device, mode):
     x = torch.randn(4, 5, device=device, requires_grad=True)

@@ -3,6 +3,7 @@ structures, their report, and the rest of PyTorch (state_dict, optimizers,
 torch.compile, no_grad)."""
 
 import copy
+import enum
 import gc
 import io
 import math
@@ -387,6 +388,48 @@ def test_swap_helpers_name_a_model_that_is_not_a_module():
     with pytest.raises(TypeError, match="swapped_linear: model must be an nn.Module, got int"):
         with swapped_linear(5):
             pass
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.(script|trace)` is deprecated")
+def test_swap_helpers_refuse_or_skip_torchscript_modules():
+    # A scripted module's submodules are compiled code: the swap found no
+    # Linear in it and reported nothing.
+    scripted = torch.jit.script(nn.Sequential(nn.Linear(8, 8), nn.GELU()))
+    for call in (lambda: swap_linear_(scripted), lambda: unswap_linear_(scripted),
+                 lambda: swapped_linear(scripted).__enter__()):
+        with pytest.raises(TypeError, match="model is a TorchScript module .*swap before torch.jit.script"):
+            call()
+    model = nn.Sequential(nn.Linear(8, 8), scripted)
+    report = swap_linear_(model, policy=None).pygpukit_swap_report
+    assert report.swapped == ["0"]
+    assert report.skipped == [("1.0", "inside a TorchScript module (swap before torch.jit.script or torch.jit.trace)")]
+
+
+def test_swapped_layer_takes_input_by_keyword():
+    # nn.Linear.forward's argument is `input`; models call layer(input=h).
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(8, 4)
+
+        def forward(self, h):
+            return self.proj(input=h)
+
+    model, x = Model(), torch.randn(3, 8)
+    expected = model(x)
+    swap_linear_(model, policy=None)
+    assert type(model.proj) is TF32Linear
+    torch.testing.assert_close(model(x), expected, rtol=1e-2, atol=1e-2)
+
+
+def test_enum_options_are_held_as_plain_strings():
+    class Option(str, enum.Enum):
+        RELU = "relu"
+        IEEE = "ieee"
+
+    layer = TF32Linear(4, 4, activation=Option.RELU, precision=Option.IEEE)
+    assert type(layer.activation) is str and type(layer.precision) is str
+    assert "activation='relu', precision='ieee'" in repr(layer)
 
 
 # ---- context manager ---------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """precision="tf32x3" (3xTF32) on every path, and the ways to select a
 precision: the argument, PYGPUKIT_PRECISION, pygpukit_torch.default_precision."""
 
+import math
 import os
 import subprocess
 import sys
@@ -512,6 +513,16 @@ def test_wrappers_trace_under_fx_symbolic_trace():
     a, b, w, bias = torch.randn(4, 6), torch.randn(6, 5), torch.randn(3, 5), torch.randn(3)
     graph = torch.fx.symbolic_trace(Model())
     torch.testing.assert_close(graph(a, b, w, bias), Model()(a, b, w, bias), rtol=0, atol=0)
+
+
+def test_rel_error_of_a_zero_or_empty_reference_and_of_complex_operands():
+    # 0/0 was NaN, so `rel_error(out, ref) < tol` failed on an exact result
+    # (an M = 0 product); complex values lost their imaginary part.
+    for shape in [(3,), (0, 4)]:
+        assert rel_error(torch.zeros(shape), torch.zeros(shape)) == 0.0
+    assert rel_error(torch.tensor([0.0, 1e-30]), torch.zeros(2)) == math.inf
+    with pytest.raises(TypeError, match=r"rel_error: out is complex \(torch.complex64\)"):
+        rel_error(torch.full((3,), 1 + 1j), torch.ones(3))
 
 
 def test_rel_error_refuses_operands_of_different_shapes():
