@@ -1,4 +1,4 @@
-"""The main job: a real sentence encoder, its nn.Linear layers swapped for
+"""The demo: a real sentence encoder, its nn.Linear layers swapped for
 pygpukit's TF32 matmul, against the unpatched FP32 model.
 
     python -m pygpukit_torch.demo [--device cpu|cuda] [--random-weights]
@@ -126,6 +126,8 @@ def main(argv=None):
     print(f"cosine similarity to the FP32 model: min {cos.min().item():.6f}, mean {cos.mean().item():.6f}")
     print(f"time per batch of {len(SENTENCES)} sentences: FP32 model {t_ref * 1e3:.2f} ms, "
           f"pygpukit TF32 {t_ours * 1e3:.2f} ms (speedup {t_ref / t_ours:.2f}x)")
+    if args.device == "cpu":
+        print("(on the CPU pygpukit emulates the tensor cores' arithmetic in float64: slower than torch by design)")
 
 
 if __name__ == "__main__":

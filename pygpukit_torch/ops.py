@@ -141,7 +141,8 @@ def _utf8(text: str) -> bool:
 
 
 def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = None) -> torch.Tensor:
-    """``a @ b`` for float32 tensors on TF32 tensor cores.
+    """``a @ b`` for float32 tensors on TF32 tensor cores (CUDA), or an
+    emulation of their arithmetic (CPU).
 
     Shapes follow :func:`torch.matmul`: 1-D·1-D (dot), 1-D·2-D, 2-D·1-D,
     2-D·2-D, and batched N-D operands whose batch dimensions broadcast.
@@ -156,15 +157,11 @@ def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
             error about 3e-4, like cuBLAS TF32. ``"tf32x3"``: 3xTF32, each input
             split into a TF32 "big" part and a TF32 "small" remainder and
             ``a_small·b_big + a_big·b_small + a_big·b_big`` accumulated in FP32
-            on tensor cores, at about a quarter of TF32's rate. The tensor
-            cores' own accumulation is not rounded to nearest, so the kernels
-            add their partial sums into FP32 registers every 128 of K (32 for
-            M = 2-16, and on Hopper for M = 17-128, where the weight is split
-            in registers): on an H200 the relative error is 3.6e-7 at 4096^3 and
-            3.7e-7 at 8192^3 on both the Hopper and the mma.sync path, below
-            cuBLAS FP32's 1.15e-6 and 1.6e-6 (but 2.8e-7 vs 1.5e-7 at 256^3:
-            for K below a few hundred, FP32 is better). ``"ieee"``: plain FP32
-            arithmetic, no tensor cores.
+            on tensor cores, at about a quarter of TF32's rate; relative error
+            about 4e-7 at large K (H200, 4096^3: 3.6e-7, cuBLAS FP32 1.15e-6;
+            for K below a few hundred FP32 is better; the README's "Precision
+            semantics" says why). ``"ieee"``: plain FP32 arithmetic, no
+            tensor cores.
             Exception, on CUDA: a few rows of ``a`` with the weight read in
             place (``x @ w.mT`` or ``x @ W``, 16-byte aligned) run a GEMV
             kernel in plain FP32, unless :func:`pygpukit_torch.force_kernel`
@@ -185,7 +182,9 @@ def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
             those rows too (the CPU does not emulate the GEMVs' FP32).
 
     Differentiable (csrc/autograd.cpp): ``grad_a = grad @ bᵀ`` and ``grad_b =
-    aᵀ @ grad`` are matmul_tf32 products at the same ``precision``, with the
+    aᵀ @ grad`` are matmul_tf32 products at the ``precision`` the call named
+    (with ``None``, the environment's when ``backward()`` runs: a
+    :func:`pygpukit_torch.default_precision` block must enclose it too), with the
     transposes read in place and broadcast batch dimensions summed back;
     ``a`` is saved only if ``b`` needs a gradient and vice versa. Outside grad
     mode, or when no input requires grad, nothing is saved and no graph node
@@ -371,9 +370,13 @@ def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
         A new contiguous float32 tensor ``[..., out_features]`` on x's device.
 
     Differentiable in x, weight and bias (csrc/autograd.cpp), the backward
-    products on matmul_tf32 at the same ``precision``. For GELU/SiLU the
-    backward recomputes the pre-activation with one more linear_tf32 instead
-    of storing it (double backward works); ReLU's derivative comes from the
+    products on matmul_tf32 at the ``precision`` the call named (with
+    ``None``, the environment's when ``backward()`` runs, as for
+    :func:`matmul_tf32`). For GELU/SiLU the backward recomputes the
+    pre-activation with one more linear_tf32 instead of storing it (double
+    backward works); with a weight that needs no gradient the pre-activation
+    is saved instead and the activation is ATen's, as for ``nn.Linear``
+    followed by the activation's module. ReLU's derivative comes from the
     output. Outside grad mode, or when no input requires grad, nothing is
     saved and no graph node is made.
 
