@@ -287,6 +287,26 @@ def test_frozen_weight_saves_no_input(device, activation):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_frozen_weight_under_torch_compile(device):
+    # The frozen-weight form (linear, then ATen's activation) traced by
+    # aot_autograd: the same outputs and gradients as eager.
+    w, b = torch.randn(16, 12, device=device), torch.randn(16, device=device)
+    x = torch.randn(5, 12, device=device, requires_grad=True)
+
+    def f(x):
+        return linear_tf32(x, w, b, "silu")
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    outs, grads = [], []
+    for fn in (compiled, f):
+        out = fn(x)
+        outs.append(out)
+        grads.append(torch.autograd.grad(out.square().sum(), x)[0])
+    torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)
+    torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
 def test_no_autograd_state_without_grad(device, mode):
     x = torch.randn(4, 5, device=device, requires_grad=True)
