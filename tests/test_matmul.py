@@ -266,6 +266,43 @@ def test_more_than_2_31_elements(kernel):
 
 
 @requires_cuda
+def test_2_31_rows_or_more_leave_the_wgmma_path():
+    # The wgmma kernels give TMA 32-bit coordinates: rows from 2^31 on would
+    # read zeros and drop their stores. Expanded rows keep A small; the
+    # output takes 8 GiB.
+    m = 2 ** 31 + 256
+    a = torch.randn(1, 32, device="cuda").expand(m, 32)
+    b = torch.randn(32, 1, device="cuda")
+    assert not pygpukit_torch.kernel_info(a, b).startswith("wgmma")
+    out = poisoned_matmul(a, b)
+    assert_matmul_close(out[-256:].contiguous(), a[-256:], b)
+    assert bool((out == out[0]).all())  # every row is a[0] @ b
+    del out
+
+
+@requires_cuda
+def test_fma_kernel_past_65535_column_tiles():
+    # N / 64 above the grid's y limit: the launch failed ("invalid
+    # configuration argument") before the kernel looped over column tiles.
+    a, b = torch.randn(3, 8, device="cuda"), torch.randn(8, 65535 * 64 + 100, device="cuda")
+    with pygpukit_torch.force_kernel("fma"):
+        assert pygpukit_torch.kernel_info(a, b).startswith("fma")
+        out = poisoned_matmul(a, b)
+    assert_matmul_close(out, a, b, precision="ieee")
+
+
+@requires_cuda
+def test_kernel_info_of_empty_batches_and_huge_expanded_products():
+    # An empty batch launches nothing; M * N * K = 2^64 (expanded operands)
+    # overflowed to 0 and was reported as an empty product.
+    assert pygpukit_torch.kernel_info(torch.randn(0, 4, 5, device="cuda"),
+                                      torch.randn(5, 3, device="cuda")).startswith("none")
+    a = torch.randn(1, 1, device="cuda").expand(2 ** 21, 2 ** 22)
+    b = torch.randn(1, 1, device="cuda").expand(2 ** 22, 2 ** 21)
+    assert not pygpukit_torch.kernel_info(a, b).startswith("none")
+
+
+@requires_cuda
 @pytest.mark.parametrize("case", ["tails", "batched", "broadcast_b", "broadcast_a", "split_k", "odd_n",
                                   "linear_gelu", "linear_odd_n", "odd_k_tiles_many_tiles", "n_under_cluster",
                                   "narrow_m1", "narrow_m16", "narrow_m16_split_k", "narrow_batched",

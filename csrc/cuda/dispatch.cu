@@ -2,7 +2,9 @@
 // (precision, device, shape, layout, alignment), and runs it.
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <type_traits>
@@ -125,6 +127,18 @@ bool wgmma_available(const DeviceInfo& d) {
   (void)d;
   return false;
 #endif
+}
+
+// Whether the wgmma path can run `p` on this device: the kernels hand TMA
+// their tile positions (row, column, k and batch index) as 32-bit signed
+// coordinates, so a problem with M, N, K or batch of 2^31 or more (possible
+// with expanded, stride-0 operands) goes to the mma.sync tiles, which index
+// with int64. Past 2^31 the coordinates would wrap negative, and TMA would
+// read zeros and drop stores there: a silently wrong result.
+bool wgmma_runs(const GemmProblem& p, const DeviceInfo& d) {
+  constexpr int64_t kMaxCoordinate = std::numeric_limits<int32_t>::max();
+  return wgmma_available(d) && p.M <= kMaxCoordinate && p.N <= kMaxCoordinate &&
+         p.K <= kMaxCoordinate && p.batch <= kMaxCoordinate;
 }
 
 // Below this many multiply-adds the wgmma path's fixed costs (tensor map
@@ -379,7 +393,7 @@ int64_t few_rows_gemv_max_m(const GemmProblem& p, Precision precision, const Dev
   const bool row_major = gemv_rowmajor_runs(p);
   if (precision == Precision::kIEEE) return row_major ? kGemvRowMajorMaxM : kGemvRowsMaxRows;
   const bool unsplit_tf32x3 = precision == Precision::kTF32x3 && !p.split3_parts;
-  const bool split3_wgmma = wgmma_available(d) && split3_swap_ab_runs(p, precision);
+  const bool split3_wgmma = wgmma_runs(p, d) && split3_swap_ab_runs(p, precision);
   if (row_major)
     return unsplit_tf32x3 ? (split3_wgmma ? 1 : 3) * kGemvRowMajorMaxRows : 8;
   return unsplit_tf32x3 ? 8 : 4;
@@ -455,7 +469,7 @@ bool skinny_underfilled_faster(const GemmProblem& p, Precision precision) {
 // more CTAs than skinny, so skinny always.
 bool skinny_preferred(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   if (p.M > kSkinnyAutoMaxM) return false;
-  if (!wgmma_available(d)) return true;
+  if (!wgmma_runs(p, d)) return true;
   if (precision == Precision::kTF32 && p.M > kSkinnyOverWgmmaMaxM &&
       p.N * p.K > kSkinnyOverWgmmaMaxWeight)
     return false;
@@ -526,7 +540,7 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   const bool vec16 = aligned16(p.A, p.lda, p.batch_stride_a) &&
                      aligned16(p.B, p.ldb, p.batch_stride_b);
   if (forced == "fma") return {Kernel::kFma};
-  const bool wgmma = wgmma_available(d);
+  const bool wgmma = wgmma_runs(p, d);
   if (forced == "wgmma" && wgmma) return choose_wgmma(p, precision, d);
   if (forced == "wgmma_swap_ab" && wgmma && swap_ab_runs(p, precision)) return swap_ab_choice(p, d);
   if (forced == "wgmma_swap_ab" && wgmma && split3_swap_ab_runs(p, precision))

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/util/accumulate.h>
 #include <torch/library.h>
 
 #include "../matmul_args.h"
@@ -70,7 +71,9 @@ std::string matmul_kernel_info_cuda(const at::Tensor& a, const at::Tensor& b,
   const MatmulShapes s = check_matmul_args(a, b);
   const Precision prec = parse_precision(precision, "matmul_tf32");
   const c10::cuda::CUDAGuard guard(a.device());
-  if (s.M * s.N * s.K == 0) return "none (empty product: no kernel runs)";
+  // What matmul_tf32_cuda launches nothing for: an empty result (an empty
+  // batch too) or K = 0. (M * N * K could overflow with expanded operands.)
+  if (c10::multiply_integers(s.out) == 0 || s.K == 0) return "none (empty product: no kernel runs)";
   // A placeholder output: only its address's alignment would matter, and the
   // caching allocator always returns 16-byte aligned blocks.
   at::Tensor out = at::empty({0}, a.options());
