@@ -369,6 +369,22 @@ def test_rowmajor_b_few_rows_batched_x():
     assert_matmul_close(out, x, w, precision="ieee")
 
 
+@pytest.mark.parametrize("layout", ["x @ W", "x @ w.mT"])
+def test_single_row_batches_fold_into_rows(layout):
+    """x[B, 1, K] @ W (a decode step's B tokens) is one product of B rows,
+    not B one-row products each reading the weight; also with the rows
+    further apart than K (a slice of a wider x, every other batch)."""
+    k, n = 512, 768
+    w = torch.randn(k, n, device="cuda") if layout == "x @ W" else torch.randn(n, k, device="cuda").mT
+    for x in (torch.randn(5, 1, k, device="cuda"), torch.randn(10, 1, k + 4, device="cuda")[::2, :, :k]):
+        with pygpukit_torch.force_kernel("gemv"):
+            assert "5 rows of A" in kernel_info(x, w), kernel_info(x, w)
+            out = poisoned_matmul(x, w)
+        assert out.shape == (5, 1, n)
+        assert_matmul_close(out, x, w, precision="ieee")
+        assert_matmul_close(poisoned_matmul(x, w), x, w)  # the automatic choice
+
+
 def test_rowmajor_b_few_rows_repeated_row_and_special_values():
     """One row of x expanded to 4 (row stride 0) gives 4 equal rows; NaN and
     infinities in W reach the same outputs as in torch, in every row."""

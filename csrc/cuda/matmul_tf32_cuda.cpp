@@ -44,8 +44,13 @@ GemmProblem make_problem(const at::Tensor& a, const at::Tensor& b, const MatmulS
   p.batch_stride_c = s.M * s.N;
   // A batch of row-major A over one shared B whose rows follow each other in
   // memory is a single GEMM with batch * M rows: bigger tiles, one wave plan.
+  // So is a batch of single rows (x[B, 1, K] @ W, a decode step's tokens),
+  // whose rows lie batch_stride_a apart: describe() gives a single row no
+  // row stride (lda 0), so they ran as B one-row GEMMs, each reading B.
+  const int64_t row_stride = p.M == 1 ? p.batch_stride_a : p.lda;
   if (p.batch > 1 && p.batch_stride_b == 0 && p.layout_a == Layout::kRowMajor &&
-      p.batch_stride_a == p.M * p.lda) {
+      p.batch_stride_a == p.M * row_stride) {
+    p.lda = row_stride;
     p.M *= p.batch;
     p.batch = 1;
   }
