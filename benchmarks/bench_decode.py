@@ -8,7 +8,10 @@ Prints a Markdown table: microseconds per call (host time included), the
 ratio cuBLAS / ours for each weight layout, the weight bytes per second
 that ours reaches with the row-major weight, relative error, and the kernel.
 
-    python benchmarks/bench_decode.py [--min-run-time 0.3]
+    python benchmarks/bench_decode.py [--min-run-time 0.3] [--single-row-batches]
+
+--single-row-batches shapes x as [M, 1, K]: M batches of one row each, as
+torch.matmul sees a decode step's M tokens of shape [batch, 1, hidden].
 """
 
 import argparse
@@ -26,6 +29,7 @@ ROWS = (1, 16, 64, 128)
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--min-run-time", type=float, default=0.3, help="seconds per variant and shape")
+    parser.add_argument("--single-row-batches", action="store_true", help="x as [M, 1, K] instead of [M, K]")
     args = parser.parse_args()
     print(run_header())
     ours = (lambda x, w: pygpukit_torch.matmul_tf32(x, w), contextlib.nullcontext)
@@ -34,7 +38,8 @@ def main():
     for m in ROWS:
         for n, k in DECODE_WEIGHTS:
             count = rotation_count(4 * (m * k + k * n))
-            row_major = [(torch.randn(m, k, device="cuda"), torch.randn(k, n, device="cuda")) for _ in range(count)]
+            x_shape = (m, 1, k) if args.single_row_batches else (m, k)
+            row_major = [(torch.randn(x_shape, device="cuda"), torch.randn(k, n, device="cuda")) for _ in range(count)]
             col_major = [(x, w.t().contiguous().t()) for x, w in row_major]
             label = f"{m}x{n}x{k}"
             nn = time_interleaved({"ours": ours, "cublas": cublas}, row_major, "x @ W", label, args.min_run_time)
