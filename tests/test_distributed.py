@@ -18,10 +18,24 @@ sys.path.insert(0, str(ROOT / "tests" / "distributed"))
 from harness import NVLINK_MULTICAST_OFF  # noqa: E402
 
 
+def _has_register_sharding() -> bool:
+    """Whether torch has what the DTensor rules need (torch >= 2.5)."""
+    try:
+        import torch.distributed.tensor.experimental as experimental
+    except ImportError:
+        return False
+    return hasattr(experimental, "register_sharding")
+
+
+HAS_REGISTER_SHARDING = _has_register_sharding()
+
+
 def run_checks(nproc: int, device: str, timeout: int) -> None:
     """torchrun --standalone (a free port, so that runs side by side do not
     collide) with `nproc` processes; fails with the whole output on a
-    non-zero exit."""
+    non-zero exit, and on any skipped check where torch has the DTensor
+    API the checks need (a skip there would hide a broken rule: an import
+    that failed made the TP and rule checks skip, naming torch's version)."""
     env = dict(os.environ, **NVLINK_MULTICAST_OFF)
     # The scripts import pygpukit_torch from this checkout, installed or not.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
@@ -31,6 +45,8 @@ def run_checks(nproc: int, device: str, timeout: int) -> None:
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"{' '.join(cmd)} exited with {proc.returncode}:\n{output}"
     assert "FAIL" not in proc.stdout and "PASS" in proc.stdout, output
+    if HAS_REGISTER_SHARDING:
+        assert "SKIP" not in proc.stdout, output
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="this torch has no torch.distributed")

@@ -15,7 +15,7 @@ from pygpukit_torch import linear_tf32, matmul_tf32
 from pygpukit_torch.testing import cublas_tf32
 from conftest import (CUDA_KERNELS, DEVICE_KERNELS, DEVICES, aligned_rows, assert_matmul_close,
                       error_bound, kernel_runs_here, matmul_reference, opcheck, poison_next_output,
-                      poisoned_matmul, rel_error, requires_cuda)
+                      poisoned_matmul, rel_error, requires_cuda, tf32x3_norm_bound)
 
 
 def run(a, b, precision="tf32x3"):
@@ -54,19 +54,6 @@ def test_tf32x3_wide_dynamic_range(device, kernel):
     out = run(a, b)
     assert (out - matmul_reference(a, b)).abs().le(error_bound(a, b, "tf32x3")).all()
     assert rel_error(out, matmul_reference(a, b)) < 1e-6
-
-
-def tf32x3_norm_bound(k: int) -> float:
-    """What the GPU's 3xTF32 reaches in norm, ‖out − ref‖/‖ref‖, on random
-    inputs: the split leaves ~2^-22 per product (the small parts' TF32
-    rounding, the dropped small·small term), and the tensor cores' FP32
-    accumulation, which is not rounded to nearest, adds an error that grows
-    with the length of one accumulation chain. Measured on the H200 with
-    promotion every 4 k-tiles (wgmma and mma.sync paths): 2.8e-7–3.4e-7 at
-    K=256, 3.6e-7–3.7e-7 from K=4096 to 8192; without it (one 3K-long chain)
-    it was 9.6e-6 at K=4096 and 1.9e-5 at K=8192; plain TF32 3e-4. The bound
-    still allows a path that does not promote."""
-    return 2.0 ** -21 + k * 2.0 ** -28
 
 
 @requires_cuda

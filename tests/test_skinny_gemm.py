@@ -12,7 +12,8 @@ import torch
 import pygpukit_torch
 from pygpukit_torch import kernel_info, linear_tf32, matmul_tf32
 from conftest import (ACTIVATIONS, HAS_CUDA, aligned_rows as rows, assert_linear_close, assert_matmul_close,
-                      kernel_runs_here, matmul_reference, poison_next_output, poisoned_matmul, rel_error)
+                      kernel_runs_here, matmul_reference, poison_next_output, poisoned_matmul, rel_error,
+                      round_tf32)
 
 pytestmark = pytest.mark.skipif(not HAS_CUDA or torch.cuda.get_device_capability() < (8, 0),
                                 reason="needs a CUDA GPU of compute capability 8.0 or newer")
@@ -88,12 +89,6 @@ def test_chosen_for_decode_shapes(m, n, k):
     assert_matmul_close(poisoned_matmul(x, w.mT), x, w.mT)
     expected_tf32x3 = "on gemv" if m <= 8 else "on skinny"
     assert expected_tf32x3 in kernel_info(x, w.mT, precision="tf32x3"), kernel_info(x, w.mT, precision="tf32x3")
-
-
-def round_tf32(t):
-    """t rounded to TF32 as the kernels do: to nearest, ties away from zero
-    (finite values)."""
-    return ((t.view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)
 
 
 @pytest.mark.parametrize("m,n,k", DECODE_SHAPES)
