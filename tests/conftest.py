@@ -51,6 +51,19 @@ def _forced_kernel(request):
         yield
 
 
+def skip_unless_path_taken(taken: bool, why_not: str) -> None:
+    """Skips a test of a path that the dispatcher chooses by the GPU's SM
+    count or shared memory (stream-K's partial last wave, split-K, a tile
+    size) where it does not take it, except on a 132-SM Hopper GPU (H100
+    SXM, H200: what the tests' shapes were chosen on), where not taking it
+    is the regression the test is there to catch and fails it."""
+    if taken:
+        return
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    assert not (props.major, props.minor, props.multi_processor_count) == (9, 0, 132), why_not
+    pytest.skip(why_not)
+
+
 def skip_unless_config_fits(info: str, expected: str, kernel: str) -> None:
     """Skips a test of a forced mma_sync tile configuration (`kernel`) whose
     call fell back (kernel_info `info` does not start with `expected`)

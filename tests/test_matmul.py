@@ -11,7 +11,7 @@ from pygpukit_torch import matmul_tf32
 from pygpukit_torch.testing import cublas_tf32
 from conftest import (DEVICE_KERNELS, DEVICES, assert_linear_close, assert_matmul_close, kernel_runs_here,
                       matmul_reference, poison_next_output, poisoned_matmul, rel_error, requires_cuda,
-                      requires_two_gpus, skip_unless_config_fits, CUDA_KERNELS)
+                      requires_two_gpus, skip_unless_config_fits, skip_unless_path_taken, CUDA_KERNELS)
 
 
 run = poisoned_matmul
@@ -487,8 +487,7 @@ def test_stream_k_last_wave(case):
     else:  # low_fill: 140 tiles on 132 slots, each of the 8 last ones cut into ~16 segments
         a, b = torch.randn(100, 16384, device="cuda"), torch.randn(16384, 17920, device="cuda")
     info = pygpukit_torch.kernel_info(a, b)
-    if "stream-K" not in info:
-        pytest.skip(f"no partial last wave on this GPU: {info}")
+    skip_unless_path_taken("stream-K" in info, f"no partial last wave on this GPU: {info}")
     if bias_act is None:
         out = run(a, b)
         assert_matmul_close(out, a, b)
@@ -534,8 +533,8 @@ def test_split_k_in_a_cuda_graph(layout):
     x = torch.randn(64, 4096, device="cuda")
     w = torch.randn(4096, 4096, device="cuda")
     b = w if layout == "nn" else w.t().contiguous().t()  # nt: W stored [N, K], as F.linear's
-    if "split-K" not in pygpukit_torch.kernel_info(x, b):
-        pytest.skip(f"no split-K here: {pygpukit_torch.kernel_info(x, b)}")
+    info = pygpukit_torch.kernel_info(x, b)
+    skip_unless_path_taken("split-K" in info, f"no split-K here: {info}")
     graph, captured = captured_matmul(x, b)
     for _ in range(3):
         x.copy_(torch.randn_like(x))
@@ -555,8 +554,8 @@ def test_stream_k_in_a_cuda_graph_and_on_two_streams():
     if not kernel_runs_here("wgmma"):
         pytest.skip("the wgmma kernel does not run on this GPU or build")
     a, b = torch.randn(8192, 1024, device="cuda"), torch.randn(1024, 8192, device="cuda")
-    if "stream-K" not in pygpukit_torch.kernel_info(a, b):
-        pytest.skip("no partial last wave on this GPU")
+    info = pygpukit_torch.kernel_info(a, b)
+    skip_unless_path_taken("stream-K" in info, f"no partial last wave on this GPU: {info}")
     eager = matmul_tf32(a, b)
     graph, captured = captured_matmul(a, b)
     for _ in range(3):
@@ -600,8 +599,7 @@ def test_square_tiles_pack_rows_off_the_sectors(case, packed):
     else:  # B row-major with 4097 columns: packed on these tiles anyway
         a, b = torch.randn(m, 4100, device="cuda"), torch.randn(4100, n, device="cuda")
     info = pygpukit_torch.kernel_info(a, b)
-    if not info.startswith("wgmma 128x128x32"):
-        pytest.skip(f"not the 128 x 128 tiles on this GPU: {info}")
+    skip_unless_path_taken(info.startswith("wgmma 128x128x32"), f"not the 128 x 128 tiles on this GPU: {info}")
     assert ("after packing" in info) == (packed is not None), info
     if packed is not None:
         assert f"after packing {packed} K-major" in info, info
