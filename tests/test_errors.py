@@ -167,6 +167,14 @@ def test_several_problems_report_the_first_as_eager_does(device):
         torch.ops.pygpukit.linear_tf32(x, w, torch.ones(3, device=device), "bogus", precision="fp16")
     with pytest.raises(ValueError, match="unknown activation"):
         torch.ops.pygpukit.linear_tf32(x, w, b, "bogus", precision="fp16")
+    # The same with grad: the autograd kernel reads the activation itself
+    # (a frozen weight's GELU is applied outside the fused node), and named
+    # the activation where the operator names the tensors.
+    x.requires_grad_()
+    with pytest.raises(RuntimeError, match="expected float32 tensors"):
+        torch.ops.pygpukit.linear_tf32(x.double(), w, b, "bogus")
+    with pytest.raises(RuntimeError, match="expected bias of shape"):
+        torch.ops.pygpukit.linear_tf32(x, w, torch.ones(3, device=device), "bogus")
 
 
 def test_torch_compile_names_a_transposed_weight():

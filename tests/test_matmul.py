@@ -297,9 +297,31 @@ def test_kernel_info_of_empty_batches_and_huge_expanded_products():
     # overflowed to 0 and was reported as an empty product.
     assert pygpukit_torch.kernel_info(torch.randn(0, 4, 5, device="cuda"),
                                       torch.randn(5, 3, device="cuda")).startswith("none")
-    a = torch.randn(1, 1, device="cuda").expand(2 ** 21, 2 ** 22)
-    b = torch.randn(1, 1, device="cuda").expand(2 ** 22, 2 ** 21)
+    # One row or column of data each: kernel_info of operands with strides
+    # (0, 0) copied them whole (32 TiB) before choosing.
+    a = torch.randn(1, 2 ** 22, device="cuda").expand(2 ** 21, 2 ** 22)
+    b = torch.randn(2 ** 22, 1, device="cuda").expand(2 ** 22, 2 ** 21)
     assert not pygpukit_torch.kernel_info(a, b).startswith("none")
+
+
+@requires_cuda
+def test_kernel_info_of_tf32x3_past_the_split_kernels_coordinates():
+    # The kernel that splits 3xTF32's weight in registers packs x into three
+    # parts of packed_ld(K) columns each; past K = 715,827,882 their TMA
+    # coordinates overflowed int32, so the dispatcher must choose another.
+    if torch.cuda.get_device_capability(0) != (9, 0):
+        pytest.skip("the split kernel runs on sm_90 only")
+    if torch.cuda.get_device_properties(0).total_memory < 40 * 2 ** 30:
+        pytest.skip("needs a 12 GB weight")
+    fits = 715_827_872  # 3 packed_ld(K) = 2^31 - 32
+    k = fits + 64  # a multiple of 4: the weight's rows stay 16-byte aligned for TMA
+    w = torch.empty(4, k, device="cuda")  # K-major, read in place
+    x = torch.randn(1, k, device="cuda").expand(20, k)
+    with pygpukit_torch.force_kernel("wgmma_swap_ab"):
+        fitting = pygpukit_torch.kernel_info(x[:, :fits], w[:, :fits].t(), precision="tf32x3")
+        too_long = pygpukit_torch.kernel_info(x, w.t(), precision="tf32x3")
+    assert "in registers" in fitting, fitting
+    assert "in registers" not in too_long, too_long
 
 
 @requires_cuda

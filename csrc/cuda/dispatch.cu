@@ -215,10 +215,13 @@ Choice swap_ab_choice(GemmProblem p, const DeviceInfo& d) {
 // out]) or WgmmaSplit3SwapABKMajor (B column-major, F.linear's weight [out,
 // in]) can run `p`, 3xTF32 on unsplit operands (not a staged problem): M <=
 // 128 (one tile of C's rows) and B TMA-addressable, read in place; A is
-// packed per call, from either layout and at any alignment.
+// packed per call, from either layout and at any alignment, into three
+// parts of packed_ld(K) columns each: their TMA coordinates (int32) reach
+// 3 packed_ld(K).
 bool split3_swap_ab_runs(const GemmProblem& p, Precision precision) {
   static_assert(WgmmaSplit3SwapAB::BN == WgmmaSplit3SwapABKMajor::BN, "one limit on M");
-  if (precision != Precision::kTF32x3 || p.split3_parts || p.M > WgmmaSplit3SwapAB::BN)
+  if (precision != Precision::kTF32x3 || p.split3_parts || p.M > WgmmaSplit3SwapAB::BN ||
+      packed_cols(p.K, PackSplit::kPartsAligned) > std::numeric_limits<int32_t>::max())
     return false;
   return p.layout_b == Layout::kRowMajor
              ? tma_compatible(p.B, p.K, p.ldb, p.batch, p.batch_stride_b)
