@@ -7,6 +7,7 @@ import os
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import pygpukit_torch
 from pygpukit_torch.testing import rel_error
@@ -34,15 +35,25 @@ def kernel_runs_here(kernel: str) -> bool:
     x = torch.empty(1 if kernel in ("skinny", "gemv") else 512, 512, device="cuda")
     w = torch.empty(512, 512, device="cuda")
     with pygpukit_torch.force_kernel(kernel):
-        if kernel == "wgmma_swap_ab":
-            return "swap AB" in pygpukit_torch.kernel_info(x, w)
-        return pygpukit_torch.kernel_info(x, w.t()).startswith(kernel)
+        return is_kernel(pygpukit_torch.kernel_info(x, w if kernel == "wgmma_swap_ab" else w.t()), kernel)
+
+
+def is_kernel(info: str, kernel: str) -> bool:
+    """Whether kernel_info's `info` names the forced `kernel`'s family (for
+    3xTF32, the kernel after "3xTF32 (how it splits) on ")."""
+    if info.startswith("3xTF32"):
+        info = info.split(") on ", 1)[-1]
+    return "swap AB" in info if kernel == "wgmma_swap_ab" else info.startswith(kernel)
+
+
+def _forced_kernel_of(item) -> str:
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("kernel", "auto") if callspec else "auto"
 
 
 @pytest.fixture(autouse=True)
 def _forced_kernel(request):
-    callspec = getattr(request.node, "callspec", None)
-    kernel = callspec.params.get("kernel", "auto") if callspec else "auto"
+    kernel = _forced_kernel_of(request.node)
     if kernel == "auto":
         yield
         return
@@ -50,6 +61,64 @@ def _forced_kernel(request):
         pytest.skip(f"the {kernel} kernel does not run on this GPU or build")
     with pygpukit_torch.force_kernel(kernel):
         yield
+
+
+class _ForcedKernelRecorder(TorchDispatchMode):
+    """Counts the pygpukit products a test runs on CUDA and how many of
+    them the forced kernel ran (by kernel_info of the operands: the
+    dispatcher falls back to its automatic choice on a problem the forced
+    kernel cannot run, silently)."""
+
+    def __init__(self, kernel: str):
+        super().__init__()
+        self.kernel, self.products, self.forced = kernel, 0, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "_schema", None) and func._schema.name
+        if name in ("pygpukit::matmul_tf32", "pygpukit::linear_tf32") and self._on_cuda(args):
+            # linear_tf32(x, weight, bias, activation, precision) is x @ weight.T.
+            a, b = args[0], args[1] if name == "pygpukit::matmul_tf32" else args[1].mT
+            slot = 2 if name == "pygpukit::matmul_tf32" else 4
+            precision = args[slot] if len(args) > slot else kwargs.get("precision")
+            try:
+                info = pygpukit_torch.kernel_info(a, b, precision=precision)
+            except (RuntimeError, ValueError, TypeError):
+                info = None  # bad arguments: the call below raises its own error
+            if info is not None:
+                self.products += 1
+                self.forced += is_kernel(info, self.kernel)
+        return func(*args, **kwargs)
+
+    @staticmethod
+    def _on_cuda(args) -> bool:
+        return (len(args) >= 2 and all(isinstance(t, torch.Tensor) and t.is_cuda for t in args[:2])
+                and not torch.cuda.is_current_stream_capturing())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """Under a forced kernel, records whether it ran any of the test's
+    products; a test whose every product fell back to the automatic choice
+    only repeats the "auto" case, and is reported as skipped (below)."""
+    kernel = _forced_kernel_of(item)
+    if kernel == "auto" or not torch.cuda.is_available():
+        yield
+        return
+    with _ForcedKernelRecorder(kernel) as recorder:
+        yield
+    if recorder.products and not recorder.forced:
+        item.forced_kernel_unused = (f"the forced {kernel} kernel ran none of the test's {recorder.products} "
+                                     f"products (it cannot run these shapes; the automatic choice did)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    reason = getattr(item, "forced_kernel_unused", None)
+    if reason and report.when == "call" and report.passed:
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {reason}")
 
 
 # The environment variables that change the dispatcher's choice.
