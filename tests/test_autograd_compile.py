@@ -116,9 +116,14 @@ def test_torch_compile_fullgraph(device):
     x, w, v = (torch.randn(8, 16, device=device, requires_grad=True), torch.randn(16, 32, device=device),
                torch.randn(16, device=device))
     out = compiled(x, w, v)
-    torch.testing.assert_close(out, f(x, w, v), atol=1e-4, rtol=1e-4)
+    eager = f(x, w, v)
+    torch.testing.assert_close(out, eager, atol=1e-4, rtol=1e-4)
+    (eager_grad,) = torch.autograd.grad(eager.sum(), x)
     out.sum().backward()
-    assert x.grad is not None and x.grad.shape == x.shape
+    # The compiled backward runs the same products (inductor may fuse the
+    # elementwise parts around them differently on CUDA).
+    tol = 0 if device == "cpu" else 1e-5
+    torch.testing.assert_close(x.grad, eager_grad, atol=tol, rtol=tol)
 
 
 def test_torch_compile_fullgraph_with_enum_options():

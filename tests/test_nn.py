@@ -20,7 +20,14 @@ from pygpukit_torch.nn import MIN_SWAP_WEIGHT_ELEMENTS, default_policy
 from pygpukit_torch.testing import LlamaBlock
 from conftest import DEVICES, HAS_CUDA, rel_error
 
-# Relative error of a TF32 model against its float64 self: ~3e-4 per layer.
+# ‖out − ref‖/‖ref‖ of a swapped model against its float64 self, for the
+# seeded models and inputs below (inputs drawn on the CPU, so both devices
+# see the same values), allowed about 2x what the CPU's TF32 emulation
+# gives: bfloat16 inputs (~8x) or a 0.3% error per layer fail these.
+BLOCK_TOLERANCE = 1.2e-3  # Block: 5.8e-4 (median 4.4e-4, max 9.3e-4 over 300 seeds)
+FUSED_MLP_TOLERANCE = 2e-4  # fusable_mlp: 8.4e-5
+LLAMA_TOLERANCE = 2e-4  # LlamaBlock: 7.6e-5
+# A swapped model against its unswapped float32 self (TF32 against FP32).
 TF32_MODEL_TOLERANCE = 2e-3
 
 
@@ -48,8 +55,9 @@ def float64_output(model, *inputs):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_swap_keeps_outputs_parameters_and_state_dict(device):
+    torch.manual_seed(0)
     model = Block().to(device)
-    x = torch.randn(5, 7, 32, device=device)
+    x = torch.randn(5, 7, 32).to(device)
     ref = float64_output(model, x)
     params = dict(model.named_parameters())
     keys = list(model.state_dict())
@@ -64,7 +72,7 @@ def test_swap_keeps_outputs_parameters_and_state_dict(device):
     assert isinstance(model.proj[0], TF32Linear) and isinstance(model.by_name["out"], TF32Linear)
     assert all(p is params[n] for n, p in model.named_parameters())
     assert list(model.state_dict()) == keys
-    assert rel_error(model(x), ref) < TF32_MODEL_TOLERANCE
+    assert rel_error(model(x), ref) < BLOCK_TOLERANCE
     assert unswap_linear_(model) is model
     assert not hasattr(model, "pygpukit_swap_report")  # it described the swap undone
     assert type(model.proj[0]) is nn.Linear and type(model.by_name["out"]) is nn.Linear
@@ -315,9 +323,10 @@ def fusable_mlp():
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_activation_fusion(device):
+    torch.manual_seed(0)
     model = fusable_mlp().to(device).eval()
     original = list(model)
-    x = torch.randn(4, 16, device=device)
+    x = torch.randn(4, 16).to(device)
     ref = float64_output(model, x)
     swap_linear_(model, activation_fusion=True, policy=None)
     report = model.pygpukit_swap_report
@@ -328,7 +337,7 @@ def test_activation_fusion(device):
     assert all(type(model[i]) is nn.Identity for i in (1, 3, 5, 7))
     assert not any(m.training for m in model.modules())  # the Identities keep eval mode
     assert type(model[10]) is nn.ReLU  # a Dropout in between: not fused
-    assert rel_error(model(x), ref) < TF32_MODEL_TOLERANCE
+    assert rel_error(model(x), ref) < FUSED_MLP_TOLERANCE
     unswap_linear_(model)
     assert all(a is b or (type(a) is nn.Linear and a.weight is b.weight) for a, b in zip(model, original))
     assert model[1] is original[1] and model[1].inplace
@@ -500,12 +509,12 @@ def test_state_dict_round_trips_both_ways():
 def test_llama_block_same_output_after_swap(device):
     torch.manual_seed(0)
     model = LlamaBlock(dim=256, heads=4, kv_heads=2, hidden=512).to(device)
-    x = torch.randn(2, 24, 256, device=device)
+    x = torch.randn(2, 24, 256).to(device)
     ref = float64_output(model, x)
     swap_linear_(model)  # default policy: every projection here is large enough
     assert len(model.pygpukit_swap_report.swapped) == 7 and model.pygpukit_swap_report.skipped == []
     with torch.no_grad():
-        assert rel_error(model(x), ref) < TF32_MODEL_TOLERANCE
+        assert rel_error(model(x), ref) < LLAMA_TOLERANCE
 
 
 def _compile_backends(device):
