@@ -120,9 +120,11 @@ def test_torch_compile_fullgraph(device):
     torch.testing.assert_close(out, eager, atol=1e-4, rtol=1e-4)
     (eager_grad,) = torch.autograd.grad(eager.sum(), x)
     out.sum().backward()
-    # The compiled backward runs the same products (inductor may fuse the
-    # elementwise parts around them differently on CUDA).
-    tol = 0 if device == "cpu" else 1e-5
+    # The CPU's aot_eager runs the very same products. Inductor on CUDA may
+    # hand them over in other layouts, for which the dispatcher may choose
+    # an FP32 GEMV on one side and a TF32 kernel on the other (seen: 2e-3
+    # relative at one element): TF32's error at K = 32.
+    tol = 0 if device == "cpu" else 5e-3
     torch.testing.assert_close(x.grad, eager_grad, atol=tol, rtol=tol)
 
 
