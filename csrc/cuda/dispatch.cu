@@ -145,6 +145,13 @@ bool wgmma_runs(const GemmProblem& p, const DeviceInfo& d) {
 // encoding, possible packing and reduction launches) outweigh its speed.
 constexpr int64_t kWgmmaMinMacs = int64_t{1} << 24;
 
+// Multiply-adds of `p` per batch entry (times the batch count if
+// `batched`), in double: M * N * K of expanded operands can pass 2^63,
+// where int64 wrapped (2^64 to 0: "a small problem").
+double macs(const GemmProblem& p, bool batched) {
+  return double(p.M) * double(p.N) * double(p.K) * (batched ? double(p.batch) : 1.0);
+}
+
 // `Config` for `p`, with split-K when its output tiles alone would leave most
 // SMs idle (decode-sized M, few large tiles), at least 4 k-tiles (128 of K)
 // per split.
@@ -484,7 +491,7 @@ bool skinny_preferred(const GemmProblem& p, Precision precision, const DeviceInf
   // no more CTAs than skinny) lose to the skinny kernel.
   if (precision == Precision::kTF32x3 && !p.split3_parts)
     return !split3_swap_ab_runs(p, precision) || skinny_underfilled_faster(p, precision);
-  if (p.M * p.N * p.K < kWgmmaMinMacs) return true;
+  if (macs(p, false) < kWgmmaMinMacs) return true;
   return skinny_underfilled_faster(p, Precision::kTF32);
 }
 
@@ -564,7 +571,7 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   // in registers, at any size (the alternative packs both operands too).
   if (automatic && wgmma && split3_swap_ab_runs(p, precision)) return choose_wgmma(p, precision, d);
   // On Hopper, wgmma for everything but small problems.
-  if (automatic && wgmma && p.M * p.N * p.K * p.batch >= kWgmmaMinMacs)
+  if (automatic && wgmma && macs(p, true) >= kWgmmaMinMacs)
     return choose_wgmma(p, precision, d);
   // 3xTF32's staged operands (row-major A, column-major B, aligned) on the
   // mma.sync configuration that promotes its accumulators.
