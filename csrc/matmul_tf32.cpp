@@ -37,7 +37,7 @@ std::string matmul_kernel_info_meta(const at::Tensor& a, const at::Tensor& b,
                                     std::optional<c10::string_view> precision) {
   check_matmul_args(a, b);
   parse_precision(precision, "matmul_tf32");
-  return "none (meta tensors: a kernel is chosen only for real CPU or CUDA tensors)";
+  return "none (meta or fake tensors: a kernel is chosen only for real CPU or CUDA tensors)";
 }
 
 }  // namespace

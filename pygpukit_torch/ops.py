@@ -212,9 +212,11 @@ def kernel_info(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
     H100/H200, or ``"cpu (TF32 inputs rounded to nearest even, float64
     accumulation)"`` for CPU tensors. Launches nothing.
 
-    Meta tensors have no data to choose a kernel by: for them it checks the
-    arguments as :func:`matmul_tf32` does and returns ``"none (meta tensors:
-    ...)"``. A string cannot be part of a compiled graph, so inside a
+    Meta tensors, and the fake tensors of ``FakeTensorMode`` (whatever
+    device they report), have no data to choose a kernel by: for them it
+    checks the arguments as :func:`matmul_tf32` does, raising its errors
+    (worded as ``matmul_tf32``'s), and returns ``"none (meta or fake
+    tensors: ...)"``. A string cannot be part of a compiled graph, so inside a
     ``torch.compile``'d function the call is a graph break (it runs eagerly
     on the real tensors and returns the real answer), which ``fullgraph=True``
     reports as an error (``torch._dynamo.exc.Unsupported``): call it outside
@@ -374,7 +376,8 @@ def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
     ``None``, the environment's when ``backward()`` runs, as for
     :func:`matmul_tf32`). For GELU/SiLU the backward recomputes the
     pre-activation with one more linear_tf32 instead of storing it (double
-    backward works); with a weight that needs no gradient the pre-activation
+    backward works; weight and bias are kept for it, so changing either in
+    place before ``backward()`` raises torch's in-place error); with a weight that needs no gradient the pre-activation
     is saved instead and the activation is ATen's, as for ``nn.Linear``
     followed by the activation's module: the output may then differ from the
     same call without grad in the last bits (~1e-7 relative, on the CPU as

@@ -200,7 +200,12 @@ def test_kernel_info_names_a_kernel():
 
 def test_kernel_info_on_meta_tensors():
     a, b = torch.empty(64, 32, device="meta"), torch.empty(32, 16, device="meta")
-    assert pygpukit_torch.kernel_info(a, b).startswith("none (meta tensors")
+    assert pygpukit_torch.kernel_info(a, b).startswith("none (meta or fake tensors")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():  # fake tensors that report the CPU
+        fake_a, fake_b = torch.empty(64, 32), torch.empty(32, 16)
+        assert fake_a.device.type == "cpu"
+        assert pygpukit_torch.kernel_info(fake_a, fake_b).startswith("none (meta or fake tensors")
     with pytest.raises(ValueError, match="matmul_tf32: precision must be"):
         pygpukit_torch.kernel_info(a, b, precision="fp16")
     with pytest.raises(RuntimeError, match="matmul_tf32: shapes cannot be multiplied"):
