@@ -65,11 +65,15 @@ class TF32Linear(nn.Linear):
             float32 (at construction).
         TypeError: an activation or precision that is not a string (or None).
         RuntimeError: from forward, an input that is not float32 or whose last
-            dimension is not ``in_features``.
+            dimension is not ``in_features``, or parameters converted to
+            another dtype after construction (``model.half()``).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
                  activation: Optional[str] = "none", precision: Optional[str] = None):
+        """nn.Linear's arguments (dtype None or float32), plus the fused
+        ``activation`` and the ``precision`` of :func:`linear_tf32`; see the
+        class docstring."""
         activation = _check_options(activation, precision)
         if dtype is not None and dtype != torch.float32:
             raise ValueError(f"TF32Linear: parameters must be float32 (the op's only dtype), got dtype={dtype}")
@@ -169,7 +173,20 @@ def _linear_checked_on_failure(x: torch.Tensor, weight: torch.Tensor, bias: Opti
     what x is."""
     return _checked_on_failure(
         lambda: _LINEAR_TF32(x, weight, bias, activation, precision=precision),
-        lambda: _check_wrapper_args("TF32Linear", None, input=x))
+        lambda: _check_layer_args(x, weight, bias))
+
+
+def _check_layer_args(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> None:
+    """The input's kind, then the parameters' dtype: a model.half() or
+    .to(dtype) after swap_linear_ converts a TF32Linear's parameters too, and
+    the error must name the layer and the way out."""
+    _check_wrapper_args("TF32Linear", None, input=x)
+    for name, param in (("weight", weight), ("bias", bias)):
+        if param is not None and param.dtype != torch.float32:
+            raise RuntimeError(
+                f"TF32Linear: its {name} is {param.dtype}, but the layer computes in float32 only (was the model "
+                "converted, e.g. by .half() or .to(dtype), after swap_linear_?); call unswap_linear_(model) "
+                "before converting it, or keep the swapped layers float32 (layer.float())")
 
 
 def _around_same_parameters(cls, linear: nn.Linear, **attributes) -> nn.Linear:

@@ -12,6 +12,8 @@ import torch.nn.functional as F
 
 import pygpukit_torch
 
+if not torch.cuda.is_available():
+    raise SystemExit("tests/sanitizer_smoke.py needs a CUDA GPU (torch.cuda.is_available() is False)")
 torch.manual_seed(0)
 # (3, 300, 1000): split-K on wgmma. skinny and gemv (forced) run the cases
 # with m <= 16 and m = 1 where both operands are K-major and 16-byte aligned

@@ -632,6 +632,19 @@ def test_tf32linear_rejects_other_dtypes_and_swap_names_itself_in_errors():
         swap_linear_(3)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_converted_swapped_model_names_the_layer_and_the_way_out(device):
+    model = swap_linear_(nn.Sequential(nn.Linear(8, 4)).to(device), policy=None)
+    model.half()
+    for x in (torch.randn(2, 8, device=device), torch.randn(2, 8, device=device).half()):
+        with pytest.raises(RuntimeError, match=r"^TF32Linear: its weight is torch.float16, .*unswap_linear_\(model\)"):
+            model(x)
+    model[0].float()
+    assert model(torch.randn(2, 8, device=device)).dtype == torch.float32
+    with pytest.raises(RuntimeError, match="linear_tf32: expected float32 tensors, got x of dtype Half"):
+        model(torch.randn(2, 8, device=device).half())  # float32 parameters: the operator's error
+
+
 def test_tf32linear_is_float32_under_another_default_dtype():
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
