@@ -24,10 +24,15 @@ constexpr std::array<std::pair<const char*, Activation>, 5> kActivations = {{
 
 }  // namespace
 
-Activation parse_activation(c10::string_view name, const char* op) {
+std::optional<Activation> activation_named(c10::string_view name) {
   for (const auto& [known, act] : kActivations) {
     if (name == known) return act;
   }
+  return std::nullopt;
+}
+
+Activation parse_activation(c10::string_view name, const char* op) {
+  if (const std::optional<Activation> act = activation_named(name)) return *act;
   // Built only for the error: every call parses its activation.
   std::string valid;
   for (const auto& [known, act] : kActivations) {

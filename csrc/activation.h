@@ -4,6 +4,8 @@
 // cuda/epilogue.cuh must match).
 #pragma once
 
+#include <optional>
+
 #include <ATen/core/Tensor.h>
 #include <c10/util/string_view.h>
 
@@ -11,9 +13,13 @@
 
 namespace pygpukit {
 
-// "none", "relu", "gelu" (erf form, F.gelu's default), "gelu_tanh"
-// (F.gelu(approximate="tanh")) or "silu". Throws ValueError naming `op` and
-// listing the valid names otherwise.
+// The activation named `name`: "none", "relu", "gelu" (erf form, F.gelu's
+// default), "gelu_tanh" (F.gelu(approximate="tanh")) or "silu"; nullopt for
+// any other name.
+std::optional<Activation> activation_named(c10::string_view name);
+
+// activation_named(name), throwing ValueError naming `op` and listing the
+// valid names where it gives nullopt.
 Activation parse_activation(c10::string_view name, const char* op);
 
 // act(y) with ATen's own functions (at::relu, at::gelu, at::silu), for any

@@ -21,7 +21,6 @@
 #include <torch/library.h>
 
 #include "activation.h"
-#include "linear_args.h"
 #include "op_handles.h"
 
 namespace pygpukit {
@@ -209,11 +208,12 @@ at::Tensor linear_tf32_autograd(const at::Tensor& x, const at::Tensor& weight,
   check_no_tangent("linear_tf32", {&x, &weight, bias.has_value() ? &*bias : &none});
   if (!(x.defined() && weight.defined() && torch::autograd::compute_requires_grad(x, weight, bias)))
     return call_below_autograd(linear_tf32_op(), x, weight, bias, activation, precision);
-  // The operator's order of checks (tensors, then activation), so that a
-  // call raises the same error with and without grad.
-  check_linear_args(x, weight, bias);
-  const Activation act = parse_activation(activation, "linear_tf32");
-  if (weight.requires_grad() || act == Activation::kNone || act == Activation::kRelu)
+  // An unknown activation goes to the operator too, whose checks (tensors,
+  // then activation) then raise what the call raises without grad. (Checking
+  // the tensors here instead would read their sizes as integers on every
+  // call: under torch.compile, a recompilation per input shape.)
+  const std::optional<Activation> act = activation_named(activation);
+  if (weight.requires_grad() || !act || *act == Activation::kNone || *act == Activation::kRelu)
     return LinearTF32::apply(x, weight, bias, activation, precision);
   // A frozen weight with GELU or SiLU: no gradient needs x, which the fused
   // node would save only to recompute the pre-activation z. Saved, x made a
@@ -221,10 +221,11 @@ at::Tensor linear_tf32_autograd(const at::Tensor& x, const at::Tensor& weight,
   // after the layer (a residual `x += mlp(x)`), or x an inference tensor.
   // So z is computed (and saved by ATen's activation) as torch's unfused
   // pair does; the activation is then ATen's rather than the epilogue's,
-  // which may differ from it in the last bits (on the CPU too: ~1e-7), and
-  // the M x N pre-activation is stored and passed over once more: the cost
-  // for a frozen base layer, as in LoRA-style fine-tuning.
-  return apply_activation(LinearTF32::apply(x, weight, bias, "none", precision), act);
+  // which may differ from it in the last bits (on the CPU too: ~1e-7 of the
+  // output's norm), and the M x N pre-activation is stored and passed over
+  // once more: the cost for a frozen base layer, as in LoRA-style
+  // fine-tuning.
+  return apply_activation(LinearTF32::apply(x, weight, bias, "none", precision), *act);
 }
 
 }  // namespace

@@ -377,11 +377,12 @@ def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
     :func:`matmul_tf32`). For GELU/SiLU the backward recomputes the
     pre-activation with one more linear_tf32 instead of storing it (double
     backward works; weight and bias are kept for it, so changing either in
-    place before ``backward()`` raises torch's in-place error); with a weight that needs no gradient the pre-activation
-    is saved instead and the activation is ATen's, as for ``nn.Linear``
-    followed by the activation's module: the output may then differ from the
-    same call without grad in the last bits (~1e-7 relative, on the CPU as
-    on CUDA), and each such layer stores its ``[..., out_features]``
+    place before ``backward()`` raises torch's in-place error); with a
+    weight that needs no gradient the pre-activation is saved instead and
+    the activation is ATen's, as for ``nn.Linear`` followed by the
+    activation's module: the output may then differ from the same call
+    without grad in the last bits (~1e-7 of the output's norm, on the CPU
+    as on CUDA), and each such layer stores its ``[..., out_features]``
     pre-activation and runs the activation as a pass of its own (a frozen
     base under LoRA-style adapters, say). ReLU's derivative comes from the
     output. Outside grad mode, or when no input requires grad, nothing is

@@ -4,7 +4,7 @@ against PyTorch's, opcheck, special values and errors."""
 import pytest
 import torch
 
-from pygpukit_torch import linear_tf32
+from pygpukit_torch import TF32Linear, linear_tf32
 from conftest import (ACTIVATIONS, DEVICE_KERNELS, DEVICES, assert_linear_close, linear_reference, poison_next_output,
                       opcheck, requires_cuda)
 
@@ -341,6 +341,26 @@ def test_torch_compile_fullgraph(device):
     tol = 0 if device == "cpu" else 5e-3  # as in test_autograd_compile.py
     for grad, eager_grad in zip((x.grad, w.grad), eager_grads):
         torch.testing.assert_close(grad, eager_grad, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+def test_compiled_training_does_not_recompile_per_batch_size(frozen):
+    # The autograd kernel checked the tensors itself on every call that
+    # needs grad, reading their sizes as integers: under dynamic shapes one
+    # graph per batch size.
+    layer = TF32Linear(16, 8, activation="gelu").requires_grad_(not frozen)
+    graphs = []
+
+    def counting_backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    compiled = torch.compile(layer, backend=counting_backend, dynamic=True)
+    for rows in (3, 5, 7, 11):
+        x = torch.randn(rows, 16, requires_grad=True)
+        compiled(x).sum().backward()
+        assert x.grad.shape == x.shape
+    assert len(graphs) == 1
 
 
 # ---- errors -----------------------------------------------------------------------------------

@@ -331,7 +331,7 @@ def test_kernel_info_of_empty_batches_and_huge_expanded_products():
 @requires_cuda
 def test_kernel_info_of_tf32x3_past_the_split_kernels_coordinates():
     # The kernel that splits 3xTF32's weight in registers packs x into three
-    # parts of packed_ld(K) columns each; past K = 715,827,882 their TMA
+    # parts of packed_ld(K) columns each; past K = 715,827,872 their TMA
     # coordinates overflowed int32, so the dispatcher must choose another.
     if torch.cuda.get_device_capability(0) != (9, 0):
         pytest.skip("the split kernel runs on sm_90 only")
