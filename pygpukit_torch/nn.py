@@ -378,9 +378,10 @@ def _state_beyond_weight_and_bias(module: nn.Linear) -> Optional[str]:
         return (f"state beyond plain weight and bias Parameters ({', '.join(extra)}; "
                 "e.g. weight_norm, pruning or a bias buffer)")
     if _has_hooks(module):
-        return "has module hooks, which a new module would not carry over"
+        return "has module hooks, which the module put in its place would not carry over"
     if "forward" in vars(module):
-        return "forward replaced on the instance (e.g. by accelerate's hooks), which a new module would not carry over"
+        return ("forward replaced on the instance (e.g. by accelerate's hooks), which the module put in its "
+                "place would not carry over")
     return None
 
 
