@@ -150,7 +150,6 @@ def skip_unless_path_taken(taken: bool, why_not: str) -> None:
     pytest.skip(why_not + (f" (under {', '.join(steered)})" if steered else ""))
 
 
-
 def skip_unless_config_fits(info: str, expected: str, kernel: str) -> None:
     """Skips a test of a forced mma_sync tile configuration (`kernel`) whose
     call fell back (kernel_info `info` does not start with `expected`)
@@ -212,15 +211,16 @@ def tf32x3_norm_bound(k: int) -> float:
     return min(2.0 ** -21 + k * 2.0 ** -27, 2.0 ** -13)
 
 
-def product_scale(a: torch.Tensor, b: torch.Tensor) -> float:
-    """max(‖a @ b‖, ‖√(a² @ b²)‖) in float64: what the error of a product
-    scales with. Rounding each term a_ik·b_kj (TF32 inputs, 3xTF32's split,
-    FP32 accumulation of zero-mean terms) moves each output by about
-    √(Σ_k a_ik² b_kj²) times the unit error, however much the terms
-    cancel; with partial sums that grow (inputs of one sign) the
-    accumulation error scales with the output itself."""
+def product_scale(a: torch.Tensor, b: torch.Tensor, product: torch.Tensor) -> float:
+    """max(‖a @ b‖, ‖√(a² @ b²)‖) in float64, given `product`, the caller's
+    float64 a @ b: what the error of a product scales with. Rounding each
+    term a_ik·b_kj (TF32 inputs, 3xTF32's split, FP32 accumulation of
+    zero-mean terms) moves each output by about √(Σ_k a_ik² b_kj²) times
+    the unit error, however much the terms cancel; with partial sums that
+    grow (inputs of one sign) the accumulation error scales with the output
+    itself."""
     a, b = a.detach().double(), b.detach().double()
-    return max(float(torch.matmul(a, b).norm()), float(torch.matmul(a * a, b * b).sqrt().norm()))
+    return max(float(product.norm()), float(torch.matmul(a * a, b * b).sqrt().norm()))
 
 
 def norm_error_bound(k: int, precision: str, scale: float, rounded_diff: float = 0.0) -> float:
@@ -306,7 +306,7 @@ def assert_matmul_close(out, a, b, precision: str = "tf32") -> None:
 
     def norm_bound():
         rounded = norm_diff(matmul_reference(round_tf32(a), round_tf32(b)), ref) if precision == "tf32" else 0.0
-        return norm_error_bound(a.shape[-1], precision, product_scale(a, b), rounded)
+        return norm_error_bound(a.shape[-1], precision, product_scale(a, b, ref), rounded)
 
     assert_within(out, ref, lambda: error_bound(a, b, precision), norm_bound)
 
@@ -350,16 +350,15 @@ def assert_linear_close(out, x, weight, bias, activation: str = "none", precisio
     def norm_bound():
         rounded = (norm_diff(linear_reference(round_tf32(x), round_tf32(weight), bias, activation), ref)
                    if precision == "tf32" else 0.0)
-        # The pre-activation's scale, its errors carried through the
-        # activation (the rounding term already is), and the activation's
-        # own FP32 evaluation: a few ulp of its output.
-        scale = product_scale(x, weight.mT)
+        # The pre-activation's scale, with its errors carried through the
+        # activation (scaled by its Lipschitz constant; the rounding term
+        # already went through it), and the activation's own FP32
+        # evaluation: a few ulp of its output.
+        product = linear_reference(x, weight, None)
+        scale = product_scale(x, weight.mT, product)
         if bias is not None:
-            scale = max(scale, float(linear_reference(x, weight, bias).norm()))
-        lipschitz = ACTIVATION_LIPSCHITZ[activation]
-        if not math.isfinite(rounded):  # inputs that TF32 rounding takes to inf
-            return math.inf
-        return (lipschitz * norm_error_bound(x.shape[-1], precision, scale) + 1.25 * rounded
+            scale = max(scale, float((product + bias.double()).norm()))
+        return (norm_error_bound(x.shape[-1], precision, ACTIVATION_LIPSCHITZ[activation] * scale, rounded)
                 + 2.0 ** -20 * float(ref.norm()))
 
     assert_within(out, ref, bound, norm_bound)
