@@ -46,7 +46,7 @@ def main():
                           rotation=60, ha="right", fontsize=7)
     right.set_yscale("log")
     right.set_ylabel("TFLOP/s (log)")
-    right.set_title("LLM, odd, decode (F.linear layout) and layout shapes")
+    right.set_title("LLM, odd, decode and layout shapes (layout: A then B, n row-major, t transposed; nt is F.linear's)")
     right.grid(True, axis="y", alpha=0.3)
     fig.suptitle(run["header"], fontsize=9)
     fig.tight_layout()
