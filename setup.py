@@ -5,8 +5,10 @@ Build knobs (environment variables):
                          "8.0;8.6;8.9;9.0a;8.0+PTX": sm_80/86/89 machine code,
                          sm_90a (Hopper; its "a" features are the Hopper path's),
                          and compute_80 PTX that newer GPUs JIT-compile.
-  PYGPUKIT_BUILD_CUDA    "1" builds the CUDA kernels (fails without nvcc), "0" a
-                         CPU-only extension; default: CUDA when nvcc is found.
+  PYGPUKIT_BUILD_CUDA    "1" (or true/yes/on) builds the CUDA kernels (fails
+                         without nvcc), "0" (or false/no/off) a CPU-only
+                         extension; unset or empty: CUDA when nvcc is found.
+                         Any other value stops the build.
   MAX_JOBS               parallel compile jobs for ninja (torch's own knob).
   PYGPUKIT_PTXAS_VERBOSE "1" prints registers, shared memory and spills per kernel.
 """
@@ -19,7 +21,20 @@ from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, C
 
 DEFAULT_ARCHS = "8.0;8.6;8.9;9.0a;8.0+PTX"
 
-build_cuda = os.environ.get("PYGPUKIT_BUILD_CUDA", "1" if CUDA_HOME else "0") == "1"
+
+def _build_cuda() -> bool:
+    value = os.environ.get("PYGPUKIT_BUILD_CUDA", "").strip().lower()
+    if not value:
+        return CUDA_HOME is not None
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise SystemExit(f"PYGPUKIT_BUILD_CUDA={os.environ['PYGPUKIT_BUILD_CUDA']!r}: expected 1/true/yes/on "
+                     "(build the CUDA kernels) or 0/false/no/off (CPU only)")
+
+
+build_cuda = _build_cuda()
 os.environ.setdefault("TORCH_CUDA_ARCH_LIST", DEFAULT_ARCHS)
 
 cxx_flags = ["-O3"]  # the C++ standard is the one torch.utils.cpp_extension picks for this torch
@@ -35,12 +50,15 @@ if build_cuda:
     if "9.0a" in os.environ["TORCH_CUDA_ARCH_LIST"].replace(" ", ";").split(";"):
         nvcc_flags.append("-DPYGPUKIT_HAS_SM90A")
     sources += sorted(glob.glob("csrc/cuda/*.cpp")) + sorted(glob.glob("csrc/cuda/*.cu"))
+    cxx_flags.append("-DPYGPUKIT_WITH_CUDA")  # module.cpp: pygpukit_torch.built_with_cuda
     ext = CUDAExtension(
         "pygpukit_torch._C",
         sources,
         extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
     )
 else:
+    # CUDA tensors get an error that names the cause instead of the dispatcher's.
+    sources.append("csrc/cuda_not_built.cpp")
     ext = CppExtension("pygpukit_torch._C", sources, extra_compile_args={"cxx": cxx_flags})
 
 # Name, version and dependencies live in pyproject.toml.

@@ -21,6 +21,10 @@ if torch.distributed.is_available():
     # each rank's shard (see distributed.py).
     from . import distributed  # noqa: F401,E402
 
+#: Whether this build holds the CUDA kernels (False for PYGPUKIT_BUILD_CUDA=0 or
+#: a build without nvcc, whose ops then raise on CUDA tensors, naming the cause).
+built_with_cuda: bool = _C.built_with_cuda
+
 __all__ = ["matmul_tf32", "linear_tf32", "kernel_info", "force_kernel", "default_precision", "TF32Linear", "swap_linear_",
-           "unswap_linear_", "swapped_linear", "SwapReport"]
+           "unswap_linear_", "swapped_linear", "SwapReport", "built_with_cuda"]
 __version__ = "0.1.0"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import statistics
 import time
 
 import torch
@@ -65,16 +66,27 @@ def load_random_bert(device):
     return encode, model, "BERT with MiniLM-L6's architecture and RANDOM weights"
 
 
-def timed(fn, device, repeats=5):
-    fn()  # warm-up
-    if device == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(repeats):
+def timed_pair(fn_a, fn_b, device, repeats=7):
+    """Outputs and median seconds per call of two functions, timed in turns
+    (a, b, a, b, ...) after a warm-up call of each, so that a machine getting
+    busier or a clock changing mid-run affects both alike."""
+    def once(fn):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
         out = fn()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return out, (time.perf_counter() - start) / repeats
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return out, time.perf_counter() - start
+
+    fn_a(), fn_b()
+    times_a, times_b = [], []
+    for _ in range(repeats):
+        out_a, t = once(fn_a)
+        times_a.append(t)
+        out_b, t = once(fn_b)
+        times_b.append(t)
+    return out_a, statistics.median(times_a), out_b, statistics.median(times_b)
 
 
 def main(argv=None):
@@ -120,11 +132,10 @@ def main(argv=None):
         print(f"  skipped {fqn}: {reason}")
 
     with torch.inference_mode():
-        ref, t_ref = timed(lambda: encode(model), args.device)
-        out, t_ours = timed(lambda: encode(swapped), args.device)
+        ref, t_ref, out, t_ours = timed_pair(lambda: encode(model), lambda: encode(swapped), args.device)
     cos = torch.nn.functional.cosine_similarity(out.float(), ref.float(), dim=-1)
     print(f"cosine similarity to the FP32 model: min {cos.min().item():.6f}, mean {cos.mean().item():.6f}")
-    print(f"time per batch of {len(SENTENCES)} sentences: FP32 model {t_ref * 1e3:.2f} ms, "
+    print(f"median time per batch of {len(SENTENCES)} sentences: FP32 model {t_ref * 1e3:.2f} ms, "
           f"pygpukit TF32 {t_ours * 1e3:.2f} ms (speedup {t_ref / t_ours:.2f}x)")
     if args.device == "cpu":
         print("(on the CPU pygpukit emulates the tensor cores' arithmetic in float64: slower than torch by design)")

@@ -641,7 +641,14 @@ def unswap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None) ->
             replacements[id(module)].train(module.training)
         return replacements[id(module)]
 
+    visited = set()
+
     def convert(module: nn.Module, fqn: str) -> nn.Module:
+        # A container registered in several places (or, through a reference
+        # back to a parent, inside itself) is converted once.
+        if id(module) in visited:
+            return module
+        visited.add(id(module))
         names = [name for name, child in module._modules.items() if child is not None]
         for name, next_name in zip(names, names[1:] + [None]):
             child, child_fqn = module._modules[name], f"{fqn}.{name}" if fqn else name

@@ -344,3 +344,23 @@ def test_precision_of_another_type():
         matmul_tf32(a, a, precision=3)
     with pytest.raises(TypeError, match="linear_tf32: precision must be"):
         linear_tf32(a, a, precision=3)
+
+
+def test_built_with_cuda_is_true_wherever_a_gpu_runs_the_tests():
+    assert isinstance(pygpukit_torch.built_with_cuda, bool)
+    if torch.cuda.is_available():
+        assert pygpukit_torch.built_with_cuda, "a CPU-only build on a machine with a GPU"
+
+
+@pytest.mark.skipif(pygpukit_torch.built_with_cuda, reason="a CPU-only build's CUDA kernel (PYGPUKIT_BUILD_CUDA=0)")
+@pytest.mark.parametrize("op,args", [
+    ("matmul_tf32", (torch.ones(2, 3), torch.ones(3, 4))),
+    ("matmul_kernel_info", (torch.ones(2, 3), torch.ones(3, 4))),
+    ("linear_tf32", (torch.ones(2, 3), torch.ones(4, 3), None)),
+])
+def test_cpu_only_build_names_the_cause_for_cuda_tensors(op, args):
+    """What CUDA tensors reach in a CPU-only build, sent there directly (a
+    machine without a GPU has no CUDA tensors to make)."""
+    overload = getattr(torch.ops.pygpukit, op).default
+    with pytest.raises(RuntimeError, match=f"{op}: got CUDA tensors, but this pygpukit_torch was built without"):
+        overload.redispatch(torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA), *args)

@@ -34,6 +34,24 @@ def test_values(device, activation, bias, x_shape, out_features):
     assert_linear_close(run(x, w, b, activation), x, w, b, activation)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("x_shape,out_features", [((1, 64), 96), ((33, 65), 47), ((5, 40), 1)])
+def test_negative_bit_views(device, x_shape, out_features):
+    """x, weight and bias as views with ATen's negative bit (`z.conj().imag`
+    gives such views): the kernels and the epilogue read memory, so the op
+    resolves the bit first."""
+    x = torch.randn(x_shape, device=device)
+    w, b = layer(x_shape[-1], out_features, True, device)
+
+    def neg_bit(t):
+        view = torch._neg_view(-t)
+        assert view.is_neg()
+        return view
+
+    out = run(neg_bit(x), neg_bit(w), neg_bit(b), "relu")
+    assert_linear_close(out, x, w, b, "relu")
+
+
 @requires_cuda
 @pytest.mark.parametrize("activation", ACTS)
 @pytest.mark.parametrize("x_shape", [(2, 64, 4095), (333, 4095)])

@@ -161,6 +161,42 @@ def test_batched_transposed_and_expanded(device, kernel):
     assert_matmul_close(run(c, d), c, d)
 
 
+def _neg_bit(x):
+    """x's values as a view with ATen's negative bit set (what `z.conj().imag`
+    returns): the view reads the negation of the memory it points to."""
+    view = torch._neg_view(-x)
+    assert view.is_neg()
+    return view
+
+
+@pytest.mark.parametrize("device,kernel", DEVICE_KERNELS)
+@pytest.mark.parametrize("a_shape,b_shape,neg", [
+    ((1, 300), (300, 64), "a"),      # one row: read in place (M = 1's GEMV on CUDA)
+    ((64, 300), (300, 1), "b"),      # one column
+    ((67, 1), (1, 45), "ab"),
+    ((130, 70), (70, 129), "ab"),    # contiguous views: read in place too
+    ((3, 40, 30), (30, 20), "a"),
+])
+def test_negative_bit_views(device, kernel, a_shape, b_shape, neg):
+    """The kernels read memory, so a negative-bit view must be resolved first
+    (the CPU path's ATen ops do it themselves)."""
+    a, b = torch.randn(a_shape, device=device), torch.randn(b_shape, device=device)
+    out = run(_neg_bit(a) if "a" in neg else a, _neg_bit(b) if "b" in neg else b)
+    assert_matmul_close(out, a, b)
+
+
+def test_negative_bit_view_of_complex_imag():
+    """The public way to get such a view: `z.conj().imag`."""
+    z = torch.randn(1, 64, dtype=torch.complex64)
+    x = z.conj().imag
+    assert x.is_neg()
+    w = torch.randn(64, 32)
+    assert_matmul_close(run(x, w), -z.imag.clone(), w)
+    if torch.cuda.is_available():
+        xc, wc = z.cuda().conj().imag, w.cuda()
+        assert_matmul_close(run(xc, wc), -z.imag.clone().cuda(), wc)
+
+
 @requires_cuda
 def test_large_batch_count_loops_over_grid_limit():
     a, b = torch.randn(70000, 3, 5, device="cuda"), torch.randn(70000, 5, 2, device="cuda")

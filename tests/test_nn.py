@@ -604,6 +604,17 @@ def test_unswap_puts_back_the_very_modules_swapped():
     assert unswap_linear_(swap_linear_(root, policy=None)) is root
 
 
+def test_swap_and_unswap_a_model_with_a_reference_back_to_its_parent():
+    """A child holding its parent as a submodule makes a cycle: both walks
+    visit each module once instead of recursing without end."""
+    model = nn.Sequential(nn.Linear(200, 200), nn.Sequential(nn.Linear(200, 200)))
+    first, inner = model[0], model[1][0]
+    model[1].owner = model
+    with swapped_linear(model, policy=None):
+        assert isinstance(model[0], TF32Linear) and isinstance(model[1][0], TF32Linear)
+    assert model[0] is first and model[1][0] is inner
+
+
 def test_unswap_after_parameters_were_reassigned_builds_a_new_linear():
     model = nn.Sequential(nn.Linear(200, 200))
     swap_linear_(model, policy=None)
