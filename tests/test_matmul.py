@@ -1,6 +1,7 @@
 """Values of pygpukit::matmul_tf32 against a float64 product of the same
 inputs, over shapes, layouts, strides, batching and special values."""
 
+import contextlib
 import re
 
 import pytest
@@ -246,6 +247,39 @@ def test_bitwise_repeatable(kernel):
     first = matmul_tf32(a, b)
     for _ in range(100):
         assert torch.equal(matmul_tf32(a, b), first)
+
+
+# Paths whose result is a sum in a fixed order of several partial products
+# (split-K's reduction pass, stream-K's segments, 3xTF32's promotions): each
+# (x shape, weight shape, weight stored transposed, precision, forced kernel,
+# what kernel_info must name: every one of these words).
+DETERMINISM_CASES = {
+    "split-K x @ W, M = 16": ((16, 4096), (4096, 4096), False, "tf32", None, ("split-K",)),
+    "split-K x @ W.T, M = 128": ((128, 4096), (4096, 4096), True, "tf32", None, ("split-K",)),
+    "stream-K last wave": ((100, 4096), (4096, 20000), False, "tf32", None, ("stream-K",)),
+    "3xTF32 promoted (wgmma)": ((512, 1024), (1024, 768), False, "tf32x3", None, ("wgmma", "promoted")),
+    "3xTF32 promoted (mma.sync)": ((512, 1024), (1024, 768), False, "tf32x3", "mma_sync", ("mma_sync", "promoted")),
+}
+
+
+@requires_cuda
+@pytest.mark.parametrize("case", list(DETERMINISM_CASES))
+def test_deterministic_over_500_calls(case):
+    """Bitwise the same result over 500 calls (issue 5's determinism check)
+    on the paths that add partial products, each asserted to be taken."""
+    x_shape, w_shape, transposed, precision, kernel, expect = DETERMINISM_CASES[case]
+    if kernel is None and not kernel_runs_here("wgmma"):
+        pytest.skip("the wgmma kernel does not run on this GPU or build")
+    torch.manual_seed(0)
+    x = torch.randn(x_shape, device="cuda")
+    w = torch.randn(w_shape[::-1], device="cuda").t() if transposed else torch.randn(w_shape, device="cuda")
+    with pygpukit_torch.force_kernel(kernel) if kernel else contextlib.nullcontext():
+        info = pygpukit_torch.kernel_info(x, w, precision=precision)
+        skip_unless_path_taken(all(word in info for word in expect), f"{case}: took {info}")
+        first = matmul_tf32(x, w, precision=precision)
+        assert_matmul_close(first, x, w, precision)
+        for _ in range(499):
+            assert torch.equal(matmul_tf32(x, w, precision=precision), first)
 
 
 @requires_cuda
