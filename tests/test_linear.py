@@ -38,8 +38,9 @@ def test_values(device, activation, bias, x_shape, out_features):
 @pytest.mark.parametrize("x_shape,out_features", [((1, 64), 96), ((33, 65), 47), ((5, 40), 1)])
 def test_negative_bit_views(device, x_shape, out_features):
     """x, weight and bias as views with ATen's negative bit (`z.conj().imag`
-    gives such views): the kernels and the epilogue read memory, so the op
-    resolves the bit first."""
+    gives such views): the kernels and the epilogue read memory, so the bit
+    must be resolved before them (ATen's Negative key does it; see
+    test_matmul's test_negative_bit_views)."""
     x = torch.randn(x_shape, device=device)
     w, b = layer(x_shape[-1], out_features, True, device)
 

@@ -179,8 +179,10 @@ def _neg_bit(x):
     ((3, 40, 30), (30, 20), "a"),
 ])
 def test_negative_bit_views(device, kernel, a_shape, b_shape, neg):
-    """The kernels read memory, so a negative-bit view must be resolved first
-    (the CPU path's ATen ops do it themselves)."""
+    """Our kernels read memory, where such a view holds the negation of its
+    values: ATen's Negative dispatch key resolves the bit (its fallback
+    materializes the view) before any backend kernel of our ops runs, on CPU
+    and CUDA alike; this checks that end to end."""
     a, b = torch.randn(a_shape, device=device), torch.randn(b_shape, device=device)
     out = run(_neg_bit(a) if "a" in neg else a, _neg_bit(b) if "b" in neg else b)
     assert_matmul_close(out, a, b)

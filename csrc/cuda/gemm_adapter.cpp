@@ -33,15 +33,6 @@ std::optional<int64_t> flat_batch_stride(const at::Tensor& x) {
 // a stride-0 (expanded) leading dimension is fine too, since the kernel only
 // reads.
 Operand describe(const at::Tensor& x) {
-  // A view with ATen's negative bit (`z.conj().imag`, torch._neg_view)
-  // stands for the negation of the memory it points to; ATen ops resolve it
-  // lazily, the kernels read the memory: materialize the negation first.
-  if (x.is_neg()) {
-    const at::Tensor resolved = x.resolve_neg();
-    Operand op = describe(resolved);
-    if (!op.storage.defined()) op.storage = resolved;
-    return op;
-  }
   const int64_t R = x.size(-2), C = x.size(-1);
   const int64_t s0 = x.stride(-2), s1 = x.stride(-1);
   if (const auto bs = flat_batch_stride(x)) {

@@ -41,8 +41,8 @@ at::Tensor linear_tf32_cuda(const at::Tensor& x, const at::Tensor& weight,
   const Operand A = describe(x2);
   const Operand B = describe(weight.t());
   // The epilogue reads bias[col]: it must be dense (a strided view is copied;
-  // it is only N floats), and a negative-bit view resolved (see describe()).
-  const at::Tensor b = bias.has_value() ? bias->resolve_neg().contiguous() : at::Tensor();
+  // it is only N floats).
+  const at::Tensor b = bias.has_value() ? bias->contiguous() : at::Tensor();
 
   GemmProblem p;
   p.M = s.M;
