@@ -10,7 +10,7 @@ TFLOP/s = 2·M·N·K / median time. Accuracy: ‖out − ref‖/‖ref‖ agains
 float64 product of the same inputs.
 
     python benchmarks/bench_matmul.py [--quick | --target] [--markdown OUT.md] [--json OUT.json]
-        [--kernels auto,mma_sync] [--tf32x3] [--min-run-time SECONDS]
+        [--kernels auto,mma_sync] [--tf32x3] [--ieee] [--min-run-time SECONDS]
 
 --target runs only the headline set (TARGET_SET). A run that includes the
 whole set (the default, or --target) ends with the geometric mean of the
@@ -79,6 +79,9 @@ def main():
                              "side with the automatic choice, e.g. auto,mma_sync,mma_sync_medium")
     parser.add_argument("--tf32x3", action="store_true",
                         help="also time precision='tf32x3' (3xTF32), reported against cuBLAS FP32")
+    parser.add_argument("--ieee", action="store_true",
+                        help="also time precision='ieee' (the FP32 kernels: FMA kernel, GEMVs), reported "
+                             "against cuBLAS FP32")
     parser.add_argument("--json", help="write the measurements here (for benchmarks/plot_results.py)")
     parser.add_argument("--min-run-time", type=float, default=0.5,
                         help="seconds of timing per variant (and shape), in 5 turns")
@@ -91,8 +94,11 @@ def main():
         "cuBLAS tf32": (torch.matmul, True),
         "cuBLAS fp32": (torch.matmul, False),
     }
-    if args.tf32x3:
-        variants["pygpukit tf32x3"] = (lambda a, b: pygpukit_torch.matmul_tf32(a, b, precision="tf32x3"), None)
+    # Precisions other than TF32, each reported against cuBLAS FP32.
+    fp32_class = [p for p in ("tf32x3", "ieee") if getattr(args, p)]
+    for precision in fp32_class:
+        variants[f"pygpukit {precision}"] = (
+            lambda a, b, precision=precision: pygpukit_torch.matmul_tf32(a, b, precision=precision), None)
     extra = [k for k in args.kernels.split(",") if k != "auto"]
     for kernel in extra:
         variants[f"pygpukit {kernel}"] = (forced(kernel), None)
@@ -132,11 +138,15 @@ def main():
         o, t, f = row["pygpukit tf32"], row["cuBLAS tf32"], row["cuBLAS fp32"]
         cells.append([row["shape"], f"{o[0]:.1f}", f"{t[0]:.1f}", f"{f[0]:.1f}", f"{o[0] / t[0]:.2f}",
                       f"{o[0] / f[0]:.2f}", f"{o[1]:.2e}", f"{t[1]:.2e}", info])
-    if args.tf32x3:
-        columns += ["pygpukit tf32x3 TFLOP/s", "tf32x3 / cuBLAS FP32", "rel. err tf32x3", "rel. err cuBLAS FP32"]
+    if fp32_class:
+        columns.append("rel. err cuBLAS FP32")
         for cell, (row, _) in zip(cells, rows):
-            x3, f = row["pygpukit tf32x3"], row["cuBLAS fp32"]
-            cell += [f"{x3[0]:.1f}", f"{x3[0] / f[0]:.2f}", f"{x3[1]:.2e}", f"{f[1]:.2e}"]
+            cell.append(f"{row['cuBLAS fp32'][1]:.2e}")
+    for precision in fp32_class:
+        columns += [f"pygpukit {precision} TFLOP/s", f"{precision} / cuBLAS FP32", f"rel. err {precision}"]
+        for cell, (row, _) in zip(cells, rows):
+            ours, f = row[f"pygpukit {precision}"], row["cuBLAS fp32"]
+            cell += [f"{ours[0]:.1f}", f"{ours[0] / f[0]:.2f}", f"{ours[1]:.2e}"]
     for k in extra:
         columns.append(f"pygpukit {k} TFLOP/s")
         for cell, (row, _) in zip(cells, rows):
