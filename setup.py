@@ -24,8 +24,8 @@ DEFAULT_ARCHS = "8.0;8.6;8.9;9.0a;8.0+PTX"
 
 def _build_cuda() -> bool:
     value = os.environ.get("PYGPUKIT_BUILD_CUDA", "").strip().lower()
-    if not value:
-        return CUDA_HOME is not None
+    if not value:  # CUDA_HOME can be set (e.g. /usr/local/cuda) without an nvcc in it
+        return CUDA_HOME is not None and os.path.exists(os.path.join(CUDA_HOME, "bin", "nvcc"))
     if value in ("1", "true", "yes", "on"):
         return True
     if value in ("0", "false", "no", "off"):

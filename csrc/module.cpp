@@ -13,7 +13,11 @@ extern "C" PyMODINIT_FUNC PyInit__C(void) {
 #else
   constexpr long kBuiltWithCuda = 0;
 #endif
-  if (module != nullptr && PyModule_AddObject(module, "built_with_cuda", PyBool_FromLong(kBuiltWithCuda)) != 0) {
+  if (module == nullptr) return nullptr;
+  PyObject* flag = PyBool_FromLong(kBuiltWithCuda);
+  // PyModule_AddObject takes the reference only when it succeeds.
+  if (PyModule_AddObject(module, "built_with_cuda", flag) != 0) {
+    Py_XDECREF(flag);
     Py_DECREF(module);
     return nullptr;
   }

@@ -23,7 +23,12 @@ if torch.distributed.is_available():
 
 #: Whether this build holds the CUDA kernels (False for PYGPUKIT_BUILD_CUDA=0 or
 #: a build without nvcc, whose ops then raise on CUDA tensors, naming the cause).
-built_with_cuda: bool = _C.built_with_cuda
+try:
+    built_with_cuda: bool = _C.built_with_cuda
+except AttributeError:  # an extension built from older sources than this Python code
+    raise ImportError(f"{_C.__file__} was built from an older checkout than pygpukit_torch's Python files: "
+                      "rebuild it (pip install --no-build-isolation -e . or python setup.py build_ext "
+                      "--inplace)") from None
 
 __all__ = ["matmul_tf32", "linear_tf32", "kernel_info", "force_kernel", "default_precision", "TF32Linear", "swap_linear_",
            "unswap_linear_", "swapped_linear", "SwapReport", "built_with_cuda"]

@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from . import swap_linear_
+from . import built_with_cuda, swap_linear_
 
 SENTENCES = [
     "The tensor cores multiply TF32 matrices with FP32 accumulation.",
@@ -91,7 +91,8 @@ def timed_pair(fn_a, fn_b, device, repeats=7):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", choices=["cpu", "cuda"],
+                        default="cuda" if torch.cuda.is_available() and built_with_cuda else "cpu")
     parser.add_argument("--random-weights", action="store_true",
                         help="use a random-weight BERT of the same architecture instead of the packaged model")
     args = parser.parse_args(argv)
