@@ -225,16 +225,31 @@ def kernel_info(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
     A ``PYGPUKIT_KERNEL`` that names no kernel is ignored by the dispatcher
     (a typo must not turn a path off); the returned string then says so.
 
+    Inside ``torch.func.vmap`` the operands are per-sample views of the
+    batched tensors the kernel would really run on, so the call raises;
+    call it outside, on the batched operands.
+
     Raises:
         RuntimeError, ValueError, TypeError: as :func:`matmul_tf32` for the same arguments.
+        RuntimeError: inside ``torch.func.vmap``.
     """
     _check_wrapper_args("kernel_info", precision, a=a, b=b)
+    if any(_is_vmapped(t) for t in (a, b)):
+        raise RuntimeError("kernel_info: called inside torch.func.vmap, whose per-sample tensors are not what "
+                           "the kernel runs on: call it outside vmap, on the batched operands")
     info = torch.ops.pygpukit.matmul_kernel_info.default(a, b, precision=precision)
     forced = os.environ.get("PYGPUKIT_KERNEL")
     if forced and forced not in KERNELS:  # empty counts as unset, as for PYGPUKIT_PRECISION
         shown = repr(forced) if len(forced) <= 64 else repr(forced[:64]) + "..."
         info += f" [PYGPUKIT_KERNEL={shown} names no kernel ({', '.join(KERNELS)}): ignored]"
     return info
+
+
+def _is_vmapped(t: torch.Tensor) -> bool:
+    """Whether `t` is a per-sample view inside torch.func.vmap."""
+    is_batched = getattr(torch._C._functorch, "is_batchedtensor", None)
+    # Tensor-likes (__torch_function__ objects) are not tensors: they pass.
+    return is_batched is not None and isinstance(t, torch.Tensor) and is_batched(t)
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

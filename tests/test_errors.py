@@ -364,3 +364,11 @@ def test_cpu_only_build_names_the_cause_for_cuda_tensors(op, args):
     overload = getattr(torch.ops.pygpukit, op).default
     with pytest.raises(RuntimeError, match=f"{op}: got CUDA tensors, but this pygpukit_torch was built without"):
         overload.redispatch(torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA), *args)
+
+
+def test_kernel_info_inside_vmap_names_the_problem():
+    b = torch.randn(3, 4)
+    with pytest.raises(RuntimeError, match="kernel_info: called inside torch.func.vmap"):
+        torch.vmap(lambda x: (pygpukit_torch.kernel_info(x, b), x)[1])(torch.randn(2, 5, 3))
+    # Outside vmap, on the batched operand: what the batched call runs.
+    assert pygpukit_torch.kernel_info(torch.randn(2, 5, 3), b).startswith("cpu")
