@@ -264,6 +264,14 @@ def poison_next_output(shape, device) -> None:
     torch.full(shape, float("nan"), device=device)  # freed at once, block reused next
 
 
+def neg_bit_view(x: torch.Tensor) -> torch.Tensor:
+    """x's values as a view with ATen's negative bit set (what `z.conj().imag`
+    returns): the view reads the negation of the memory it points to."""
+    view = torch._neg_view(-x)
+    assert view.is_neg()
+    return view
+
+
 def aligned_rows(r: int, k: int) -> torch.Tensor:
     """A [r, k] CUDA matrix whose rows start 16 bytes apart even for odd k (what
     the decode kernels need): a view of [r, k rounded up to 4], contiguous

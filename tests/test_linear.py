@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from pygpukit_torch import TF32Linear, linear_tf32
-from conftest import (ACTIVATIONS, DEVICE_KERNELS, DEVICES, assert_linear_close, linear_reference, poison_next_output,
-                      opcheck, requires_cuda)
+from conftest import (ACTIVATIONS, DEVICE_KERNELS, DEVICES, assert_linear_close, linear_reference, neg_bit_view,
+                      poison_next_output, opcheck, requires_cuda)
 
 ACTS = list(ACTIVATIONS)
 
@@ -43,13 +43,7 @@ def test_negative_bit_views(device, x_shape, out_features):
     test_matmul's test_negative_bit_views)."""
     x = torch.randn(x_shape, device=device)
     w, b = layer(x_shape[-1], out_features, True, device)
-
-    def neg_bit(t):
-        view = torch._neg_view(-t)
-        assert view.is_neg()
-        return view
-
-    out = run(neg_bit(x), neg_bit(w), neg_bit(b), "relu")
+    out = run(neg_bit_view(x), neg_bit_view(w), neg_bit_view(b), "relu")
     assert_linear_close(out, x, w, b, "relu")
 
 

@@ -11,7 +11,7 @@ import pygpukit_torch
 from pygpukit_torch import matmul_tf32
 from pygpukit_torch.testing import cublas_tf32
 from conftest import (DEVICE_KERNELS, DEVICES, assert_linear_close, assert_matmul_close, kernel_runs_here,
-                      matmul_reference, poison_next_output, poisoned_matmul, rel_error, requires_cuda,
+                      matmul_reference, neg_bit_view, poison_next_output, poisoned_matmul, rel_error, requires_cuda,
                       requires_two_gpus, skip_unless_config_fits, skip_unless_path_taken, CUDA_KERNELS)
 
 
@@ -162,14 +162,6 @@ def test_batched_transposed_and_expanded(device, kernel):
     assert_matmul_close(run(c, d), c, d)
 
 
-def _neg_bit(x):
-    """x's values as a view with ATen's negative bit set (what `z.conj().imag`
-    returns): the view reads the negation of the memory it points to."""
-    view = torch._neg_view(-x)
-    assert view.is_neg()
-    return view
-
-
 @pytest.mark.parametrize("device,kernel", DEVICE_KERNELS)
 @pytest.mark.parametrize("a_shape,b_shape,neg", [
     ((1, 300), (300, 64), "a"),      # one row: read in place (M = 1's GEMV on CUDA)
@@ -184,7 +176,7 @@ def test_negative_bit_views(device, kernel, a_shape, b_shape, neg):
     materializes the view) before any backend kernel of our ops runs, on CPU
     and CUDA alike; this checks that end to end."""
     a, b = torch.randn(a_shape, device=device), torch.randn(b_shape, device=device)
-    out = run(_neg_bit(a) if "a" in neg else a, _neg_bit(b) if "b" in neg else b)
+    out = run(neg_bit_view(a) if "a" in neg else a, neg_bit_view(b) if "b" in neg else b)
     assert_matmul_close(out, a, b)
 
 
