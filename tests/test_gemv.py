@@ -517,8 +517,9 @@ def test_few_rows_linear_epilogue(m, n, k, bias, activation, layout):
 # The largest M at which the automatic choice takes the few-rows GEMV
 # (dispatch.cu, few_rows_gemv_max_m), by weight layout and precision.
 # 3xTF32 on a row-major weight: up to 48 rows where nothing better runs, up
-# to 16 on Hopper, where the wgmma kernel that splits W in registers does.
-AUTO_MAX_M = {("row-major", "tf32"): 8, ("row-major", "tf32x3"): 48, ("row-major", "ieee"): 64,
+# to 16 on Hopper, where the wgmma kernel that splits W in registers does;
+# FP32 up to 32, above which the FMA kernel is faster.
+AUTO_MAX_M = {("row-major", "tf32"): 8, ("row-major", "tf32x3"): 48, ("row-major", "ieee"): 32,
               ("K-major", "tf32"): 4, ("K-major", "tf32x3"): 8, ("K-major", "ieee"): 16}
 
 

@@ -254,6 +254,8 @@ DETERMINISM_CASES = {
     "stream-K last wave": ((100, 4096), (4096, 20000), False, "tf32", None, ("stream-K",)),
     "3xTF32 promoted (wgmma)": ((512, 1024), (1024, 768), False, "tf32x3", None, ("wgmma", "promoted")),
     "3xTF32 promoted (mma.sync)": ((512, 1024), (1024, 768), False, "tf32x3", "mma_sync", ("mma_sync", "promoted")),
+    "FP32 split-K x @ W.T, M = 128": ((128, 4096), (4096, 4096), True, "ieee", None, ("fma 128x128", "split-K")),
+    "FP32 split-K x @ W.T, M = 32": ((32, 4096), (4096, 4096), True, "ieee", None, ("fma 64x64", "split-K")),
 }
 
 
@@ -263,7 +265,7 @@ def test_deterministic_over_500_calls(case):
     """Bitwise the same result over 500 calls (issue 5's determinism check)
     on the paths that add partial products, each asserted to be taken."""
     x_shape, w_shape, transposed, precision, kernel, expect = DETERMINISM_CASES[case]
-    if kernel is None and not kernel_runs_here("wgmma"):
+    if kernel is None and precision != "ieee" and not kernel_runs_here("wgmma"):
         pytest.skip("the wgmma kernel does not run on this GPU or build")
     torch.manual_seed(0)
     x = torch.randn(x_shape, device="cuda")
@@ -370,10 +372,44 @@ def test_2_31_rows_or_more_leave_the_wgmma_path():
     del out
 
 
+# The FP32 kernel (fma_gemm.cu, precision "ieee"): (m, n, k, its tile) with
+# edges of both tiles and of BK, and split-K counts from 1 to 16 (on 132
+# SMs: 1, 5, 11, 4, 1, 16 and 16 ranges; split-K cuts K into whole k-tiles,
+# so 16 ranges of K = 4097 leave 17 and 137 columns to the last one).
+FMA_CASES = [(300, 200, 100, "fma 128x128"), (1000, 700, 4099, "fma 128x128"), (1000, 40, 3000, "fma 64x64"),
+             (129, 4100, 1031, "fma 128x128"), (65, 3000, 77, "fma 128x128"), (64, 64, 4097, "fma 64x64"),
+             (128, 128, 4097, "fma 128x128")]
+
+
+@requires_cuda
+@pytest.mark.parametrize("kind_a", ["row", "col", "offset", "offset_col"])
+@pytest.mark.parametrize("kind_b", ["row", "col", "offset", "offset_col"])
+@pytest.mark.parametrize("m,n,k,tile", FMA_CASES)
+def test_fma_kernel_tiles_layouts_and_split_k(kind_a, kind_b, m, n, k, tile):
+    a, b = _operand(m, k, kind_a, "cuda"), _operand(k, n, kind_b, "cuda")
+    info = pygpukit_torch.kernel_info(a, b, precision="ieee")
+    skip_unless_path_taken(info.startswith(tile), f"took {info}")
+    assert_matmul_close(run(a, b, precision="ieee"), a, b, precision="ieee")
+
+
+@requires_cuda
+@pytest.mark.parametrize("m", [32, 128, 3000])
+def test_fma_kernel_split_k_applies_the_epilogue_once(m):
+    # Split-K's partials are raw sums; bias and activation belong to the
+    # reduction only (m = 32 and 128 split K, 3000 does not on 132 SMs).
+    x, w, bias = torch.randn(m, 2048, device="cuda"), torch.randn(1536, 2048, device="cuda"), torch.randn(1536, device="cuda")
+    info = pygpukit_torch.kernel_info(x, w.t(), precision="ieee")
+    skip_unless_path_taken(info.startswith("fma") and ("split-K" in info) == (m < 3000), f"took {info}")
+    poison_next_output((m, 1536), "cuda")
+    out = pygpukit_torch.linear_tf32(x, w, bias, "gelu", precision="ieee")
+    assert_linear_close(out, x, w, bias, "gelu", precision="ieee")
+
+
 @requires_cuda
 def test_fma_kernel_past_65535_column_tiles():
-    # N / 64 above the grid's y limit: the launch failed ("invalid
-    # configuration argument") before the kernel looped over column tiles.
+    # N / 64 (the 64x64 tile, for 3 rows) above the grid's y limit: the
+    # launch failed ("invalid configuration argument") before the kernel
+    # looped over column tiles.
     a, b = torch.randn(3, 8, device="cuda"), torch.randn(8, 65535 * 64 + 100, device="cuda")
     with pygpukit_torch.force_kernel("fma"):
         assert pygpukit_torch.kernel_info(a, b).startswith("fma")

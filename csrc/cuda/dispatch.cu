@@ -67,14 +67,17 @@ enum class Kernel {
   kWgmmaSplit3SwapABNarrow, kWgmmaSplit3SwapABKMajorNarrow,
   kMmaSyncLarge, kMmaSyncMedium, kMmaSyncSmall, kMmaSyncPromoted,
   kSkinny, kSkinnyWide, kGemv, kGemvRows, kGemvRowMajor,
-  kFma
+  kFmaLarge, kFmaSmall
 };
 
 struct Choice {
   Kernel kernel;
   bool vec16 = false;  // 16-byte loads (mma_sync; always for skinny)
-  int splits = 1;      // split-K ranges (wgmma, gemv_rowmajor) or K-slices per output (gemv)
+  int splits = 1;      // split-K ranges (wgmma, gemv_rowmajor, fma) or K-slices per output (gemv)
 };
+
+// The plain FP32 kernels (CUDA cores).
+bool is_fma(Kernel k) { return k == Kernel::kFmaLarge || k == Kernel::kFmaSmall; }
 
 bool is_wgmma_split3(Kernel k) {
   return k == Kernel::kWgmmaSplit3SwapAB || k == Kernel::kWgmmaSplit3SwapABKMajor ||
@@ -163,6 +166,37 @@ Choice wgmma_choice(Kernel kernel, const GemmProblem& p, const DeviceInfo& d) {
   if (p.batch == 1 && 2 * blocks <= d.sm_count)
     splits = std::min<int64_t>({d.sm_count / blocks, k_tiles / 4, 32});
   return {kernel, false, int(std::max<int64_t>(splits, 1))};
+}
+
+// The FP32 kernel for `p`: the 128x128 tile, or the 64x64 one where M or N
+// is at most 64 (the large tile would compute mostly padding there). With
+// fewer tiles than the GPU holds at once (`Config::kMinBlocksPerSM` CTAs on
+// every SM), split-K: s ranges with s <= K / 256 and s <= 16 (one batch
+// only: the partials hold one M x N output per range), s chosen for the
+// least time by waves, ceil(s * tiles / held) / s (ties to fewer ranges),
+// up to ceil(held / tiles), the first count that fills every slot: that
+// count alone could spill a second wave (32 tiles, 264 held: 9 ranges, 288
+// CTAs, against 8 ranges in one wave).
+constexpr int64_t kFmaMaxSplits = 16, kFmaMinSplitK = 256;
+template <class Config>
+Choice fma_choice_of(Kernel kernel, const GemmProblem& p, const DeviceInfo& d) {
+  // The kernel's ranges, round_up(ceil(K / s), BK) long, leave none empty:
+  // (s - 1) * (K / s + BK) < K holds for K >= 256 s when (s - 1) BK < 256.
+  static_assert((kFmaMaxSplits - 1) * Config::BK < kFmaMinSplitK, "a split-K range could be empty");
+  const int64_t tiles = Config::tiles(p.M, p.N) * p.batch;
+  const int64_t held = int64_t(Config::kMinBlocksPerSM) * d.sm_count;
+  int64_t splits = 1;
+  if (p.batch == 1 && tiles < held) {
+    const int64_t most = std::min<int64_t>({ceil_div(held, tiles), p.K / kFmaMinSplitK, kFmaMaxSplits});
+    for (int64_t s = 2; s <= most; ++s)  // waves(s) / s < waves(splits) / splits
+      if (ceil_div(s * tiles, held) * splits < ceil_div(splits * tiles, held) * s) splits = s;
+  }
+  return {kernel, false, int(splits)};
+}
+Choice fma_choice(const GemmProblem& p, const DeviceInfo& d) {
+  return p.M <= FmaSmall::BM || p.N <= FmaSmall::BN
+             ? fma_choice_of<FmaSmall>(Kernel::kFmaSmall, p, d)
+             : fma_choice_of<FmaLarge>(Kernel::kFmaLarge, p, d);
 }
 
 // Time of a 128x128 tile relative to a 128x256 one, each on a whole SM. On
@@ -382,12 +416,17 @@ Choice few_rows_gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
 //   1.16-1.34x at 8, 0.45-0.56x at 16, so the limit stays;
 // - K-major, TF32 (skinny): 1.07-1.13x at M = 2 and 4, 0.79-0.92x at M = 8;
 // - either layout, FP32 ("ieee"): the FMA kernel took 498-1931 us, up to 31x
-//   the GEMVs, 2.7x at the least (M = 16).
+//   the GEMVs, 2.7x at the least (M = 16). Session 27's FMA kernel
+//   (register-blocked, split-K) against the GEMVs, same weights: K-major,
+//   M = 16, 1.43-1.81x the GEMV's time; row-major 2.29-2.91x at 16 rows,
+//   1.16-1.46x at 32, 0.78-1.01x at 48, 0.60-0.76x at 64. So FP32 on a
+//   row-major weight takes the GEMV up to 32 rows (kFp32RowMajorGemvMaxM).
 // Above 16 rows the row-major GEMV runs blocks of 16, one pass over W each
 // (session 11, same weights, GEMV vs the staged 3xTF32 path / the FMA
 // kernel): 32 rows 79-248 vs 140-450 / 532-1970 us, 48 rows 119-370 vs
 // 141-450 / 541-1988, 64 rows 159-494 vs 142-454 / 547-2009. So 3xTF32
-// takes it up to 48 rows (1.19-1.33x there), FP32 up to 64 (1.4-6.7x).
+// takes it up to 48 rows (1.19-1.33x there), FP32 up to 64 (1.4-6.7x;
+// 32 since session 27's FMA kernel, above).
 // Session 12: where the Hopper kernel that splits W in registers runs
 // (bench_tf32x3_decode.py, WgmmaSplit3SwapABNarrow: 41.2 / 111 / 107 us at
 // 16 rows, 42.7 / 113 / 112 at 32; WgmmaSplit3SwapAB: 61.7 / 198 / 177 at
@@ -399,9 +438,10 @@ Choice few_rows_gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
 // (split3_parts: three products over 3K columns) compare as TF32 does.
 // Measured on the H200 only.
 static_assert(kGemvRowsMaxRows == kGemvRowMajorMaxRows, "both GEMVs compute up to 16 rows at once");
+constexpr int64_t kFp32RowMajorGemvMaxM = 2 * kGemvRowMajorMaxRows;
 int64_t few_rows_gemv_max_m(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   const bool row_major = gemv_rowmajor_runs(p);
-  if (precision == Precision::kIEEE) return row_major ? kGemvRowMajorMaxM : kGemvRowsMaxRows;
+  if (precision == Precision::kIEEE) return row_major ? kFp32RowMajorGemvMaxM : kGemvRowsMaxRows;
   const bool unsplit_tf32x3 = precision == Precision::kTF32x3 && !p.split3_parts;
   const bool split3_wgmma = wgmma_runs(p, d) && split3_swap_ab_runs(p, precision);
   if (row_major)
@@ -533,7 +573,7 @@ std::string forced_kernel() {
 // except in tf32x3_unstaged, which asks about the unsplit operands.
 Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   // mma.sync TF32 and the skinny kernel's cp.async need sm_80.
-  if (d.cc_major < 8) return {Kernel::kFma};
+  if (d.cc_major < 8) return fma_choice(p, d);
   const std::string forced = forced_kernel();
   // One row of A, any precision: the FP32 GEMV, unless another kernel is
   // forced. FP32 precision otherwise never uses tensor cores: the FMA kernel.
@@ -546,10 +586,10 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   const bool few_rows = few_rows_run && p.M <= few_rows_gemv_max_m(p, precision, d);
   if (few_rows_run && (forced == "gemv" || (forced == "auto" && few_rows)))
     return few_rows_gemv_choice(p, d);
-  if (precision == Precision::kIEEE) return {Kernel::kFma};
+  if (precision == Precision::kIEEE) return fma_choice(p, d);
   const bool vec16 = aligned16(p.A, p.lda, p.batch_stride_a) &&
                      aligned16(p.B, p.ldb, p.batch_stride_b);
-  if (forced == "fma") return {Kernel::kFma};
+  if (forced == "fma") return fma_choice(p, d);
   const bool wgmma = wgmma_runs(p, d);
   if (forced == "wgmma" && wgmma) return choose_wgmma(p, precision, d);
   if (forced == "wgmma_swap_ab" && wgmma && swap_ab_runs(p, precision)) return swap_ab_choice(p, d);
@@ -612,6 +652,15 @@ std::string mma_sync_name() {
          (Config::kPromoteKTiles > 0
               ? " promoted every " + to_string(Config::kPromoteKTiles) + " k-tiles"
               : "");
+}
+
+template <class Config>
+std::string fma_name(int splits) {
+  using std::to_string;
+  return "fma " + to_string(Config::BM) + "x" + to_string(Config::BN) + "x" +
+         to_string(Config::BK) + ", " + to_string(Config::kThreadRows) + "x" +
+         to_string(Config::kThreadCols) + " per thread" +
+         (splits > 1 ? ", split-K " + to_string(splits) : "");
 }
 
 template <class S>
@@ -828,7 +877,7 @@ std::string wgmma_name(const GemmProblem& p, Kernel k, int splits) {
 const uint8_t* const kAlignedStandIn = reinterpret_cast<const uint8_t*>(uintptr_t{256});
 
 bool tf32x3_on_fma(const GemmProblem& p) {
-  return choose(p, Precision::kTF32, device_info(current_device())).kernel == Kernel::kFma;
+  return is_fma(choose(p, Precision::kTF32, device_info(current_device())).kernel);
 }
 
 // 3xTF32 on the unsplit operands, read in place, which saves the pack (three
@@ -844,7 +893,8 @@ bool tf32x3_unstaged(const GemmProblem& p) {
 // `p` is the staged problem.
 size_t chosen_workspace_bytes(const GemmProblem& p, Precision precision) {
   const Choice c = choose(p, precision, device_info(current_device()));
-  if (c.kernel == Kernel::kGemvRowMajor) return splitk_partials_bytes(c.splits, p.M, p.N);
+  if (c.kernel == Kernel::kGemvRowMajor || is_fma(c.kernel))
+    return splitk_partials_bytes(c.splits, p.M, p.N);
   if (!is_wgmma(c.kernel)) return 0;
   const Staging s = wgmma_staging(p, c.kernel);
   return s.bytes_a + s.bytes_b + with_wgmma_config(c.kernel, [&](auto* config) {
@@ -883,9 +933,13 @@ cudaError_t run_chosen(const GemmProblem& p, Precision precision, void* workspac
     case Kernel::kGemvRowMajor:
       if (splitk_partials_bytes(c.splits, p.M, p.N) > workspace_bytes) return cudaErrorInvalidValue;
       return launch_gemv_rowmajor(p, c.splits, static_cast<float*>(workspace), stream);
-    case Kernel::kFma:
+    case Kernel::kFmaLarge:
+    case Kernel::kFmaSmall:
     default:
-      return launch_fma_gemm(p, stream);
+      if (splitk_partials_bytes(c.splits, p.M, p.N) > workspace_bytes) return cudaErrorInvalidValue;
+      return c.kernel == Kernel::kFmaSmall
+                 ? launch_fma_gemm<FmaSmall>(p, c.splits, static_cast<float*>(workspace), stream)
+                 : launch_fma_gemm<FmaLarge>(p, c.splits, static_cast<float*>(workspace), stream);
   }
 }
 
@@ -931,14 +985,17 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
         name += " (in blocks of " + std::to_string(kGemvRowMajorMaxRows) + ", one pass over B each)";
       if (c.splits > 1) name += ", split-K " + std::to_string(c.splits);
       break;
-    case Kernel::kFma:
-      name = "fma";
+    case Kernel::kFmaLarge:
+      name = fma_name<FmaLarge>(c.splits);
+      break;
+    case Kernel::kFmaSmall:
+      name = fma_name<FmaSmall>(c.splits);
       break;
     default:  // the wgmma kernels, named above
       break;
   }
   name += std::string(" (A ") + layout_name(p.layout_a) + ", B " + layout_name(p.layout_b);
-  if (c.kernel != Kernel::kFma && !is_wgmma(c.kernel))
+  if (!is_fma(c.kernel) && !is_wgmma(c.kernel))
     name += c.vec16 ? ", 16-byte loads" : ", 4-byte loads";
   return name + ")";
 }
@@ -946,8 +1003,10 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
 }  // namespace
 
 size_t gemm_workspace_bytes(const GemmProblem& p, Precision precision) {
+  // 3xTF32 without TF32 (the FMA kernel): FP32, at least as accurate.
+  if (precision == Precision::kTF32x3 && tf32x3_on_fma(p))
+    return chosen_workspace_bytes(p, Precision::kIEEE);
   if (precision == Precision::kTF32x3) {
-    if (tf32x3_on_fma(p)) return 0;
     if (tf32x3_unstaged(p)) return chosen_workspace_bytes(p, precision);
     const Staging s = plan_staging(p, false, true);
     return s.bytes_a + s.bytes_b +
@@ -958,8 +1017,9 @@ size_t gemm_workspace_bytes(const GemmProblem& p, Precision precision) {
 
 cudaError_t run_gemm(const GemmProblem& p, Precision precision, void* workspace,
                      size_t workspace_bytes, cudaStream_t stream) {
+  if (precision == Precision::kTF32x3 && tf32x3_on_fma(p))
+    return run_chosen(p, Precision::kIEEE, workspace, workspace_bytes, stream);
   if (precision == Precision::kTF32x3) {
-    if (tf32x3_on_fma(p)) return launch_fma_gemm(p, stream);
     if (tf32x3_unstaged(p))
       return run_chosen(p, precision, workspace, workspace_bytes, stream,
                         /*split3_in_registers=*/true);
@@ -977,7 +1037,8 @@ cudaError_t run_gemm(const GemmProblem& p, Precision precision, void* workspace,
 
 std::string describe_gemm(const GemmProblem& p, Precision precision) {
   if (precision == Precision::kTF32x3) {
-    if (tf32x3_on_fma(p)) return "fma (3xTF32 without TF32 tensor cores: plain FP32)";
+    if (tf32x3_on_fma(p))
+      return describe_chosen(p, Precision::kIEEE) + " (3xTF32 without TF32 tensor cores: plain FP32)";
     if (tf32x3_unstaged(p)) {
       const Kernel k = choose(p, precision, device_info(current_device())).kernel;
       if (is_gemv(k)) return "FP32 (at least as accurate as 3xTF32) on " + describe_chosen(p, precision);

@@ -42,7 +42,7 @@ struct GemmProblem {
 // Bytes of device scratch memory run_gemm needs for `problem` on the current
 // device: 0 for most problems; operands the Hopper path stages (packed
 // K-major, or split into 3xTF32 parts, on any GPU), and the split-K
-// partials of the Hopper path and the row-major GEMV. The caller allocates
+// partials of the Hopper path, the row-major GEMV and the FP32 kernel. The caller allocates
 // it, so all memory comes from its allocator.
 size_t gemm_workspace_bytes(const GemmProblem& problem, Precision precision);
 
