@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 
-SKIP = {"kind", "M", "N", "K", "layout", "kernel"}
+SKIP = {"kind", "M", "N", "K", "layout"}  # and the kernel names: "kernel", "kernel <precision>"
 
 
 def main():
@@ -24,7 +24,7 @@ def main():
     with open(args.results) as fh:
         run = json.load(fh)
     rows = run["rows"]
-    series = [k for k in rows[0] if k not in SKIP]
+    series = [k for k in rows[0] if k not in SKIP and not k.startswith("kernel")]
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(15, 5.5), gridspec_kw={"width_ratios": [1, 2]})
     squares = sorted((r for r in rows if r["kind"] == "square"), key=lambda r: r["M"])
