@@ -10,7 +10,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 
-_AROUND_THE_CALL = "enter the block around the call of the compiled function"
+_AROUND_THE_CALL = "enter the block around the call of the compiled or traced function"
 
 # The blocks still open, per variable, in the order they were entered, and
 # each variable's value before the first of them: blocks in several threads

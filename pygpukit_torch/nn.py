@@ -414,6 +414,14 @@ def _check_model(caller: str, model) -> None:
                         f"swapped layers work)")
 
 
+def _check_callable(caller: str, name: str, fn, returns: str) -> None:
+    """TypeError for a filter_fn or policy that is not a function (a string
+    would otherwise fail inside the walk as "'str' object is not callable")."""
+    if fn is not None and not callable(fn):
+        raise TypeError(f"{caller}: {name} must be a function (module, fqn) -> {returns} or None, "
+                        f"got {type(fn).__name__}")
+
+
 def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, activation_fusion: bool = False,
                  precision: Optional[str] = None, policy: Optional[Policy] = default_policy,
                  swap_subclasses: bool = False) -> nn.Module:
@@ -473,12 +481,15 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
         TypeError: a model that is not an nn.Module or is a TorchScript
             module (Linear layers inside a scripted submodule are skipped,
             with the reason), a precision that is not
-            a string, a filter_fn that returns a string, or a policy that
+            a string, a filter_fn or policy that is not callable, a
+            filter_fn that returns a string, or a policy that
             returns something other than None or a non-empty string.
         Whatever `filter_fn` or `policy` raises. In every case the model is
         left as it was: layers already swapped are put back.
     """
     _check_model("swap_linear_", model)
+    _check_callable("swap_linear_", "filter_fn", filter_fn, "bool")
+    _check_callable("swap_linear_", "policy", policy, "Optional[str]")
     _check_options("none", precision, caller="swap_linear_")
     report = SwapReport()
     replacements: Dict[Tuple[int, str], nn.Module] = {}
@@ -603,10 +614,11 @@ def unswap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None) ->
 
     Raises:
         TypeError: a model that is not an nn.Module or is a TorchScript
-            module, or a filter_fn that
+            module, or a filter_fn that is not callable or
             returns a string (see swap_linear_).
     """
     _check_model("unswap_linear_", model)
+    _check_callable("unswap_linear_", "filter_fn", filter_fn, "bool")
     replacements: Dict[int, nn.Module] = {}
     model.__dict__.pop("pygpukit_swap_report", None)
 

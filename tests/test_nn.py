@@ -391,6 +391,24 @@ def test_filter_fn_returning_a_string_is_refused():
     assert type(model[0]) is TF32Linear
 
 
+def test_filter_fn_or_policy_that_is_not_a_function_is_refused():
+    # Before, the walk failed on its first layer with "'str' object is not
+    # callable", which named neither the argument nor what it should be.
+    model = nn.Sequential(nn.Linear(4, 4))
+    with pytest.raises(TypeError, match=r"swap_linear_: filter_fn must be a function \(module, fqn\) -> bool"):
+        swap_linear_(model, filter_fn="lm_head")
+    with pytest.raises(TypeError, match=r"swap_linear_: policy must be a function .* got str"):
+        swap_linear_(model, policy="skip")
+    with pytest.raises(TypeError, match=r"swapped_linear: .*filter_fn must be a function|swap_linear_: filter_fn"):
+        with swapped_linear(model, filter_fn=True):
+            pass
+    assert type(model[0]) is nn.Linear
+    model = nn.Sequential(TF32Linear(4, 4))
+    with pytest.raises(TypeError, match="unswap_linear_: filter_fn must be a function"):
+        unswap_linear_(model, filter_fn=1)
+    assert type(model[0]) is TF32Linear
+
+
 def test_swap_helpers_name_a_model_that_is_not_a_module():
     with pytest.raises(TypeError, match="unswap_linear_: model must be an nn.Module, got list"):
         unswap_linear_([nn.Linear(3, 3)])
