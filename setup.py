@@ -46,9 +46,14 @@ if build_cuda:
     nvcc_flags = ["-O3", "-lineinfo", "--expt-relaxed-constexpr"]
     if os.environ.get("PYGPUKIT_PTXAS_VERBOSE") == "1":
         nvcc_flags.append("-Xptxas=-v")
-    # The Hopper path is dispatched to only when its sm_90a code is built.
-    if "9.0a" in os.environ["TORCH_CUDA_ARCH_LIST"].replace(" ", ";").split(";"):
+    # The Hopper path is dispatched to only when its sm_90a code is built
+    # ("9.0a", also as torch's "9.0a+PTX", which builds it too).
+    archs = os.environ["TORCH_CUDA_ARCH_LIST"].replace(" ", ";").split(";")
+    if "9.0a" in (arch.split("+")[0] for arch in archs):
         nvcc_flags.append("-DPYGPUKIT_HAS_SM90A")
+    else:
+        print(f"pygpukit-torch: TORCH_CUDA_ARCH_LIST={os.environ['TORCH_CUDA_ARCH_LIST']!r} has no 9.0a: the "
+              "Hopper path (wgmma + TMA) is not built; H100/H200 will run the mma.sync path")
     sources += sorted(glob.glob("csrc/cuda/*.cpp")) + sorted(glob.glob("csrc/cuda/*.cu"))
     cxx_flags.append("-DPYGPUKIT_WITH_CUDA")  # module.cpp: pygpukit_torch.built_with_cuda
     ext = CUDAExtension(

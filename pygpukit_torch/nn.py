@@ -69,6 +69,13 @@ class TF32Linear(nn.Linear):
             another dtype after construction (``model.half()``).
     """
 
+    # The attributes' types for torch.jit.script, which otherwise types each
+    # by its value when scripted: a layer scripted with precision None could
+    # not be given a precision afterwards, nor one scripted with a name None.
+    # Real types, not annotations: under this module's `from __future__
+    # import annotations` those would be strings, which TorchScript refuses.
+    __annotations__ = {"activation": str, "precision": Optional[str]}
+
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
                  activation: Optional[str] = "none", precision: Optional[str] = None):
         """nn.Linear's arguments (dtype None or float32), plus the fused

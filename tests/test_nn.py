@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parametrize, prune
 
-from pygpukit_torch import TF32Linear, swap_linear_, swapped_linear, unswap_linear_
+from pygpukit_torch import TF32Linear, linear_tf32, swap_linear_, swapped_linear, unswap_linear_
 from pygpukit_torch.nn import MIN_SWAP_WEIGHT_ELEMENTS, default_policy
 from pygpukit_torch.testing import LlamaBlock
 from conftest import DEVICES, HAS_CUDA, rel_error
@@ -707,6 +707,19 @@ def test_torch_jit_script():
     swap_linear_(model, activation_fusion=True, policy=None)
     x = torch.randn(5, 64)
     torch.testing.assert_close(torch.jit.script(model)(x), model(x), rtol=0, atol=0)
+
+
+@pytest.mark.filterwarnings("ignore:.*torch.jit.script.* is deprecated")
+@pytest.mark.parametrize("initial", [None, "ieee"])
+def test_scripted_layer_takes_any_precision_afterwards(initial):
+    # Scripting typed the attribute by its value: NoneType for a layer built
+    # with precision None, str for one built with a name; setting the other
+    # kind then failed ("Could not cast attribute 'precision' ...").
+    layer = TF32Linear(8, 8, precision=initial)
+    scripted, x = torch.jit.script(layer), torch.randn(3, 8)
+    for precision in ("tf32x3", None, "ieee", "tf32"):
+        scripted.precision = precision
+        assert torch.equal(scripted(x), linear_tf32(x, layer.weight, layer.bias, precision=precision)), precision
 
 
 @pytest.mark.parametrize("device", DEVICES)
