@@ -1003,10 +1003,9 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
 }  // namespace
 
 size_t gemm_workspace_bytes(const GemmProblem& p, Precision precision) {
-  // 3xTF32 without TF32 (the FMA kernel): FP32, at least as accurate.
-  if (precision == Precision::kTF32x3 && tf32x3_on_fma(p))
-    return chosen_workspace_bytes(p, Precision::kIEEE);
   if (precision == Precision::kTF32x3) {
+    // Without TF32 (the FMA kernel): FP32, at least as accurate.
+    if (tf32x3_on_fma(p)) return chosen_workspace_bytes(p, Precision::kIEEE);
     if (tf32x3_unstaged(p)) return chosen_workspace_bytes(p, precision);
     const Staging s = plan_staging(p, false, true);
     return s.bytes_a + s.bytes_b +
@@ -1017,9 +1016,8 @@ size_t gemm_workspace_bytes(const GemmProblem& p, Precision precision) {
 
 cudaError_t run_gemm(const GemmProblem& p, Precision precision, void* workspace,
                      size_t workspace_bytes, cudaStream_t stream) {
-  if (precision == Precision::kTF32x3 && tf32x3_on_fma(p))
-    return run_chosen(p, Precision::kIEEE, workspace, workspace_bytes, stream);
   if (precision == Precision::kTF32x3) {
+    if (tf32x3_on_fma(p)) return run_chosen(p, Precision::kIEEE, workspace, workspace_bytes, stream);
     if (tf32x3_unstaged(p))
       return run_chosen(p, precision, workspace, workspace_bytes, stream,
                         /*split3_in_registers=*/true);
