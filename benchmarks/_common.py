@@ -1,9 +1,11 @@
 """What the benchmarks share: the run's header line, input sets rotated past
 the L2 cache, interleaved timing with torch.utils.benchmark, the Markdown output."""
 
+import contextlib
 import datetime
 import itertools
 import math
+import os
 
 import torch
 import torch.utils.benchmark as benchmark
@@ -81,3 +83,19 @@ def append_markdown(path, table: str) -> None:
     if path:
         with open(path, "a") as fh:
             fh.write(table + "\n")
+
+
+@contextlib.contextmanager
+def environment(name: str, value: str):
+    """Sets environment variable `name` to `value` inside the block (the
+    dispatcher reads its switches, e.g. PYGPUKIT_STREAM_K, on every call),
+    restoring the caller's value or absence after it."""
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = previous

@@ -14,29 +14,19 @@ both columns.
 
 import argparse
 import contextlib
-import os
 
 import torch
 
 import pygpukit_torch
-from _common import geomean, markdown_table, rotation_count, run_header, time_interleaved
+from _common import environment, geomean, markdown_table, rotation_count, run_header, time_interleaved
 from pygpukit_torch.testing import cublas_tf32, rel_error
 
 TARGET_SET = ((4096, 4096, 4096), (8192, 8192, 8192), (16384, 16384, 16384), (8192, 14336, 4096),
               (8192, 4096, 14336))
 
 
-@contextlib.contextmanager
 def stream_k_off():
-    previous = os.environ.get("PYGPUKIT_STREAM_K")
-    os.environ["PYGPUKIT_STREAM_K"] = "0"
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ["PYGPUKIT_STREAM_K"]
-        else:
-            os.environ["PYGPUKIT_STREAM_K"] = previous
+    return environment("PYGPUKIT_STREAM_K", "0")
 
 
 def main():
