@@ -862,7 +862,6 @@ std::string wgmma_name(const GemmProblem& p, Kernel k, int splits) {
   if (splits > 1) name += " split-K " + to_string(splits);
   const WgmmaPlan plan = plan_wgmma_gemm<Config>(p, splits);
   if (plan.stream_k) name += " stream-K last wave";
-  if (plan.lockstep_chunk > 0) name += " lockstep " + to_string(plan.lockstep_chunk);
   if (plan.weight_evict_first) name += " B read once (L2 evict-first)";
   if (s.pack_a || s.pack_b)
     name += std::string(" after packing ") + (s.pack_a ? (s.pack_b ? "A and B" : "A") : "B") +

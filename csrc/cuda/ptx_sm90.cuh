@@ -165,13 +165,6 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 // it releases the writes this thread observed before it (through a
 // barrier, those of its peers) and acquires those released by the adds
 // before it. Returns the old value.
-// The global timer in nanoseconds (%globaltimer, 9.7.17).
-__device__ __forceinline__ uint64_t globaltimer_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
-  return t;
-}
-
 __device__ __forceinline__ uint32_t atom_add_acq_rel_gpu(uint32_t* counter, uint32_t value) {
   uint32_t old;
   asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;\n"

@@ -197,15 +197,12 @@ using WgmmaSplit3SwapABKMajorNarrow = WgmmaConfig<128, 64, 4, 1, 1, true, true, 
 // current device: the workspace it needs (split-K's partial products, or
 // the stream-K partial sums of a last wave that the work items fill only
 // in part; see "Stream-K for the last wave" in
-// docs/tf32_tensorcore_design.md, or the lockstep counters of a launch of
-// many waves: wgmma_schedule.cuh, lockstep_plan), whether it runs that
-// wave stream-K, whether it marks the weight's loads L2 evict-first
-// (weight_read_once), and the lockstep chunk.
+// docs/tf32_tensorcore_design.md), whether it runs that wave stream-K, and
+// whether it marks the weight's loads L2 evict-first (weight_read_once).
 struct WgmmaPlan {
   size_t workspace_bytes = 0;
   bool stream_k = false;
   bool weight_evict_first = false;  // the weight's loads hinted L2 evict-first
-  int lockstep_chunk = 0;  // producers in lockstep every this many k-tiles (0: off)
 };
 template <class Config>
 WgmmaPlan plan_wgmma_gemm(const GemmProblem& problem, int splits);

@@ -449,9 +449,7 @@ __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kTh
     // The first pass over a ring's slots waits on the phase "before" a
     // fresh barrier, which counts as completed.
     if (threadIdx.x == 0) {
-      bool free_running = false;
       walk([&](uint32_t it, const WorkTile& tile, int kt) {
-        if constexpr (!kStreamK) lockstep<Cfg>(p, it, gridDim.x / Cfg::kClusterM, free_running);
         const int s = it % Cfg::kStages;
         ptx::mbarrier_wait(&empty[s], ((it / Cfg::kStages) & 1) ^ 1);
         // Our A tile, plus (unless kOwnStagesB) all kClusterM slices of B,
@@ -569,11 +567,6 @@ WgmmaPlan plan_wgmma_gemm(const GemmProblem& p, int splits) {
       stream_k_plan<Cfg>(kernel_m<Cfg>(p), kernel_n<Cfg>(p), p.K, p.batch, clusters);
   plan.workspace_bytes = sk.bytes;
   plan.stream_k = sk.iters > 0;
-  if (!plan.stream_k) {
-    const LockstepPlan lp = lockstep_plan<Cfg>(kernel_m<Cfg>(p), kernel_n<Cfg>(p), p.K, p.batch, clusters);
-    plan.workspace_bytes = lp.bytes;
-    plan.lockstep_chunk = lp.chunk;
-  }
   return plan;
 }
 
@@ -634,7 +627,7 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
                      Cfg::kSwapAB ? b_batched : a_batched, Cfg::kSwapAB ? a_batched : b_batched,
                      false, splits, k_tiles_per_split,
                      Cfg::kOwnStagesB ? tx_bytes_a : tx_bytes_a + tx_bytes_b, tx_bytes_b,
-                     0, 0, nullptr, nullptr, wgmma_detail::weight_read_once<Cfg>(p), 0, 1, nullptr};
+                     0, 0, nullptr, nullptr, wgmma_detail::weight_read_once<Cfg>(p)};
   // C (or the partials) as stored: always C's own M x N, row-major.
   const int64_t ldp = splitk_partials_ld(p.N);
   if (splits > 1) {  // raw partial products; the reduction applies the epilogue
@@ -670,18 +663,6 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
                                                           sk.counter_bytes);
       err = cudaMemsetAsync(partials, 0, sk.counter_bytes, stream);
       if (err != cudaSuccess) return err;
-    } else {
-      // Lockstep where plan_wgmma_gemm sized the workspace for it (the
-      // same reasoning).
-      const wgmma_detail::LockstepPlan lp =
-          wgmma_detail::lockstep_plan<Cfg>(params.M, params.N, p.K, p.batch, clusters);
-      if (lp.chunk > 0 && lp.bytes <= partials_bytes) {
-        params.lockstep_chunk = lp.chunk;
-        params.lockstep_lag = lp.lag;
-        params.lockstep_counters = reinterpret_cast<uint32_t*>(partials);
-        err = cudaMemsetAsync(partials, 0, lp.bytes, stream);
-        if (err != cudaSuccess) return err;
-      }
     }
   }
   // Programmatic dependent launch: the launch and prologue overlap the

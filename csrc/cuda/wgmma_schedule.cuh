@@ -6,10 +6,8 @@
 // docs/tf32_tensorcore_design.md.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 
 #include "epilogue.cuh"
 #include "int_math.h"
@@ -53,12 +51,6 @@ struct WgmmaParams {
   // The weight (the caller's B) is read once (weight_read_once): its loads
   // are marked L2 evict-first.
   bool weight_evict_first;
-  // Lockstep (lockstep_chunk > 0; see lockstep_plan): every
-  // lockstep_chunk k-tiles of its walk, a block's producer counts itself
-  // in at lockstep_counters[j] (zeroed before the launch) and waits until
-  // every block has reached the chunk before.
-  int lockstep_chunk, lockstep_lag;
-  uint32_t* lockstep_counters;
 };
 
 // One unit of the persistent schedule: an output tile of one batch entry
@@ -251,92 +243,6 @@ StreamKPlan stream_k_plan(int64_t M, int64_t N, int64_t K, int64_t batch, int64_
   plan.bytes = plan.counter_bytes + size_t(clusters * 2 * units * (Cfg::BN / 2) * 128 * 4);
   return plan;
 }
-
-// Lockstep: in a launch of many waves, the blocks that share A and B panels
-// in L2 (neighbours in the grouped order, running at the same time) reuse
-// them only while they read the same k range. Static persistent items
-// drift apart: a block that ran a tile faster starts its next one earlier,
-// and the offsets add up over the waves. H200, 3xTF32 at 16384^3 (3K
-// columns per operand, 124 waves): DRAM at 82-86% of its peak and an L2
-// hit rate of 31-35%, against 47-52% and 57-60% at 8192^3 (ncu, session
-// 26). Each producer therefore counts itself in every kLockstepChunk
-// k-tiles and waits until all blocks have reached the previous chunk, which
-// bounds the spread to about two chunks: two chunks of a wave's panels
-// (16 A and ~8 B panels of 128 x 32 floats per k-tile) are ~25 MB, within
-// the H200's 50 MB L2. The wait only delays loads: the results are the same
-// bitwise. Blocks that are not resident (another kernel on some SMs) would
-// stall it: a producer that waited kLockstepTimeoutNs stops waiting for
-// the rest of the launch.
-constexpr int kLockstepChunk = 32;
-constexpr uint64_t kLockstepTimeoutNs = 200000;
-// Lockstep only in launches of at least this many full waves.
-constexpr int64_t kLockstepMinWaves = 2;
-
-struct LockstepPlan {
-  int chunk = 0;  // 0: off
-  int lag = 1;  // chunks a producer may run ahead of the slowest
-  size_t bytes = 0;  // the counters
-};
-
-// The lockstep counters of a launch without split-K or stream-K on
-// `clusters` grid clusters: one per chunk of the longest walk.
-// PYGPUKIT_LOCKSTEP=0 turns it off, to measure what it gains; a number
-// sets the chunk in k-tiles (experiments).
-template <class Cfg>
-LockstepPlan lockstep_plan(int64_t M, int64_t N, int64_t K, int64_t batch, int64_t clusters) {
-  LockstepPlan plan;
-  int chunk = kLockstepChunk, lag = 1;
-  if (const char* env = std::getenv("PYGPUKIT_LOCKSTEP")) {
-    chunk = std::atoi(env);
-    if (const char* comma = std::strchr(env, ',')) lag = std::max(1, std::atoi(comma + 1));
-  }
-  const int64_t works = Cfg::cluster_tiles(M, N) * batch;
-  // A chunk no shorter than the ring: a producer then never waits for a
-  // peer of its cluster that waits for its consumers' slots.
-  if (chunk < Cfg::kStages || works < kLockstepMinWaves * clusters) return plan;
-  plan.chunk = chunk;
-  plan.lag = lag;
-  const int64_t walk = ceil_div(works, clusters) * ceil_div(K, Cfg::BK);
-  plan.bytes = size_t(round_up((walk / chunk + 1) * 4, 256));
-  return plan;
-}
-
-#if PYGPUKIT_SM90A_DEVICE
-// Arrivals expected at lockstep counter j: the blocks whose walk passes
-// k-tile j * chunk (each cluster walks whole tiles, one more in the first
-// works % clusters clusters).
-template <class Cfg>
-__device__ __forceinline__ uint32_t lockstep_expected(const WgmmaParams& p, int64_t j,
-                                                      int64_t clusters) {
-  const int64_t works = work_count<Cfg>(p), k_tiles = ceil_div(p.K, Cfg::BK);
-  const int64_t g = j * p.lockstep_chunk, full = works / clusters;
-  const int64_t walking = g < full * k_tiles ? clusters : g < (full + 1) * k_tiles ? works % clusters : 0;
-  return uint32_t(walking * Cfg::kClusterM);
-}
-
-// The producer's lockstep before k-tile `it` of its walk: at each chunk's
-// first k-tile, count in and wait for the chunk before. `free_running`:
-// set once a wait timed out.
-template <class Cfg>
-__device__ __forceinline__ void lockstep(const WgmmaParams& p, uint32_t it, int64_t clusters,
-                                         bool& free_running) {
-  if (p.lockstep_chunk == 0 || it == 0 || it % p.lockstep_chunk != 0 || free_running) return;
-  const int64_t j = it / p.lockstep_chunk;
-  // Nothing is published through the counters, so relaxed order suffices.
-  atomicAdd(p.lockstep_counters + j, 1u);
-  if (j <= p.lockstep_lag) return;
-  const uint32_t expected = lockstep_expected<Cfg>(p, j - p.lockstep_lag, clusters);
-  const volatile uint32_t* const previous = p.lockstep_counters + j - p.lockstep_lag;
-  const uint64_t start = ptx::globaltimer_ns();
-  while (*previous < expected) {
-    if (ptx::globaltimer_ns() - start > kLockstepTimeoutNs) {
-      free_running = true;
-      return;
-    }
-    __nanosleep(100);
-  }
-}
-#endif
 
 }  // namespace wgmma_detail
 }  // namespace pygpukit
