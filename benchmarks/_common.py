@@ -6,6 +6,7 @@ import datetime
 import itertools
 import math
 import os
+from typing import Optional
 
 import torch
 import torch.utils.benchmark as benchmark
@@ -86,16 +87,19 @@ def append_markdown(path, table: str) -> None:
 
 
 @contextlib.contextmanager
-def environment(name: str, value: str):
-    """Sets environment variable `name` to `value` inside the block (the
-    dispatcher reads its switches, e.g. PYGPUKIT_STREAM_K, on every call),
-    restoring the caller's value or absence after it."""
+def environment(name: str, value: Optional[str]):
+    """Sets environment variable `name` to `value` inside the block (None:
+    unsets it; the dispatcher reads its switches, e.g. PYGPUKIT_STREAM_K,
+    on every call), restoring the caller's value or absence after it."""
     previous = os.environ.get(name)
-    os.environ[name] = value
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
     try:
         yield
     finally:
         if previous is None:
-            del os.environ[name]
+            os.environ.pop(name, None)
         else:
             os.environ[name] = previous
