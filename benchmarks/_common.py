@@ -1,12 +1,9 @@
 """What the benchmarks share: the run's header line, input sets rotated past
 the L2 cache, interleaved timing with torch.utils.benchmark, the Markdown output."""
 
-import contextlib
 import datetime
 import itertools
 import math
-import os
-from typing import Optional
 
 import torch
 import torch.utils.benchmark as benchmark
@@ -85,21 +82,3 @@ def append_markdown(path, table: str) -> None:
         with open(path, "a") as fh:
             fh.write(table + "\n")
 
-
-@contextlib.contextmanager
-def environment(name: str, value: Optional[str]):
-    """Sets environment variable `name` to `value` inside the block (None:
-    unsets it; the dispatcher reads its switches, e.g. PYGPUKIT_STREAM_K,
-    on every call), restoring the caller's value or absence after it."""
-    previous = os.environ.get(name)
-    if value is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = value
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = previous

@@ -3,17 +3,17 @@ switch that the dispatcher reads on every call (PYGPUKIT_STREAM_K,
 PYGPUKIT_KERNEL, or an experiment's own), in one process: each call timed
 alone (CUDA events around it, synchronized after), the settings taking
 turns call by call (every other round in reverse order), so that clock
-drift hits all alike. Where a product's speed varies from call to call
-(3xTF32 at 16384^3: 98-133 ms, session 28), the median and the range of
+drift hits all alike; a GPU-side sleep queued before each call keeps the
+host's dispatch out of the interval. The inputs are not rotated: use
+products larger than L2. Where a product's speed varies from call to call
+(3xTF32 at 16384^3 by a third, session 28), the median and the range of
 single calls say more than a mean over many.
 
 Prints a Markdown table: per shape and setting, the median, minimum and
 maximum in ms, TFLOP/s at the median, and every call's time.
 
-    python benchmarks/bench_per_call.py --env PYGPUKIT_STREAM_K --values "unset;0"
-        [--shapes 16384x16384x16384,...] [--precision tf32x3] [--calls 8]
-
-A value "unset" leaves the variable unset.
+    python benchmarks/bench_per_call.py --env PYGPUKIT_STREAM_K --values "1;0"
+        [--shapes 16384x16384x16384,...] [--precision tf32] [--calls 8] [--warmup 2]
 """
 
 import argparse
@@ -22,37 +22,47 @@ import statistics
 import torch
 
 import pygpukit_torch
-from _common import environment, markdown_table, run_header
+from _common import markdown_table, run_header
+from pygpukit_torch._env import environment_variable
+
+# Cycles of torch.cuda._sleep queued before each timed interval (~1 ms on
+# an H200): the GPU is still busy with it when the host records the start
+# event and enqueues the call, so the interval holds the GPU's work only,
+# not the host's dispatch.
+SLEEP_CYCLES = 2_000_000
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", required=True, help="the environment variable to vary")
-    parser.add_argument("--values", required=True, help="semicolon-separated values; 'unset' leaves it unset")
+    parser.add_argument("--values", required=True, help="semicolon-separated values")
     parser.add_argument("--shapes", default="8192x8192x8192,16384x16384x16384",
                         help="comma-separated MxNxK (a @ b, both row-major)")
-    parser.add_argument("--precision", default="tf32x3", choices=("tf32", "tf32x3", "ieee"))
+    parser.add_argument("--precision", default="tf32", choices=("tf32", "tf32x3", "ieee"))
     parser.add_argument("--calls", type=int, default=8, help="timed calls per setting and shape")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed rounds over all settings first")
     args = parser.parse_args()
-    values = args.values.split(";")
+    values = list(dict.fromkeys(args.values.split(";")))  # each once, in order
 
     def setting(value):
-        return environment(args.env, None if value == "unset" else value)
+        return environment_variable(args.env, value, caller="bench_per_call")
 
     print(run_header(), f"· precision {args.precision} · {args.env}")
     rows = []
     for shape in args.shapes.split(","):
         m, n, k = (int(d) for d in shape.split("x"))
         inputs = (torch.randn(m, k, device="cuda"), torch.randn(k, n, device="cuda"))
-        for value in values:  # warm-up: kernel choice, workspace
-            with setting(value):
-                pygpukit_torch.matmul_tf32(*inputs, precision=args.precision)
+        for _ in range(args.warmup):  # kernel choice, workspace, clocks
+            for value in values:
+                with setting(value):
+                    pygpukit_torch.matmul_tf32(*inputs, precision=args.precision)
         torch.cuda.synchronize()
         times = {value: [] for value in values}
         for i in range(args.calls):
             for value in values if i % 2 == 0 else values[::-1]:
                 with setting(value):
                     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    torch.cuda._sleep(SLEEP_CYCLES)
                     start.record()
                     pygpukit_torch.matmul_tf32(*inputs, precision=args.precision)
                     end.record()

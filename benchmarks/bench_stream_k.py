@@ -18,7 +18,8 @@ import contextlib
 import torch
 
 import pygpukit_torch
-from _common import environment, geomean, markdown_table, rotation_count, run_header, time_interleaved
+from _common import geomean, markdown_table, rotation_count, run_header, time_interleaved
+from pygpukit_torch._env import environment_variable
 from pygpukit_torch.testing import cublas_tf32, rel_error
 
 TARGET_SET = ((4096, 4096, 4096), (8192, 8192, 8192), (16384, 16384, 16384), (8192, 14336, 4096),
@@ -26,7 +27,7 @@ TARGET_SET = ((4096, 4096, 4096), (8192, 8192, 8192), (16384, 16384, 16384), (81
 
 
 def stream_k_off():
-    return environment("PYGPUKIT_STREAM_K", "0")
+    return environment_variable("PYGPUKIT_STREAM_K", "0", caller="bench_stream_k")
 
 
 def main():
