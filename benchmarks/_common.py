@@ -82,3 +82,17 @@ def append_markdown(path, table: str) -> None:
         with open(path, "a") as fh:
             fh.write(table + "\n")
 
+
+def device_time_ms(fn) -> float:
+    """Milliseconds of GPU work that one fn() enqueues, timed with CUDA
+    events. A GPU-side sleep (~1 ms on an H200) is queued first, so the GPU
+    is still busy with it while the host records the start event and
+    enqueues fn's work: the interval holds the GPU's work only, not the
+    host's dispatch or a graph's launch latency."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(2_000_000)
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end)

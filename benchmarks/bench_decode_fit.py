@@ -4,8 +4,8 @@ M = 16, N = 4096, K from 1024 to 32768: device time per call of the skinny
 kernel (forced), the dispatcher's choice and cuBLAS TF32, each as a CUDA
 graph of 60 calls over weights rotated past L2 (launch gaps included, host
 time not, as a decode step replayed from a graph runs), median of 9
-replays timed with CUDA events (a GPU-side sleep queued before each
-keeps the graph's launch latency out); and a device copy of a W-sized buffer, the
+replays timed with CUDA events (_common.device_time_ms: the graph's
+launch latency stays out); and a device copy of a W-sized buffer, the
 bandwidth reference. Then a least-squares fit t = t0 + bytes(W) / rate per
 variant: t0 is what does not scale with the weight (launch gap, fill,
 drain, reduction), rate the weight's streaming rate. A variant whose
@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 import pygpukit_torch
-from _common import markdown_table, rotation_count, run_header
+from _common import device_time_ms, markdown_table, rotation_count, run_header
 from pygpukit_torch.dispatch import force_kernel
 from pygpukit_torch.testing import cublas_tf32
 
@@ -42,18 +42,7 @@ def graph_time_us(fn, sets, calls=60, replays=9) -> float:
                 fn(*sets[i % len(sets)])
     graph.replay()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        # ~1 ms of GPU sleep first, so that the graph's launch is enqueued
-        # before the start event fires: the host's launch latency stays out.
-        torch.cuda._sleep(2_000_000)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    return float(np.median(times))
+    return float(np.median([device_time_ms(graph.replay) * 1e3 / calls for _ in range(replays)]))
 
 
 def main():

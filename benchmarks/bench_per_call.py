@@ -1,10 +1,9 @@
 """Call-to-call spread of one product under settings of an environment
 switch that the dispatcher reads on every call (PYGPUKIT_STREAM_K,
 PYGPUKIT_KERNEL, or an experiment's own), in one process: each call timed
-alone (CUDA events around it, synchronized after), the settings taking
-turns call by call (every other round in reverse order), so that clock
-drift hits all alike; a GPU-side sleep queued before each call keeps the
-host's dispatch out of the interval. The inputs are not rotated: use
+alone (_common.device_time_ms: CUDA events, the host's dispatch kept
+out), the settings taking turns call by call (every other round in
+reverse order), so that clock drift hits all alike. The inputs are not rotated: use
 products larger than L2. Where a product's speed varies from call to call
 (3xTF32 at 16384^3 by a third, session 28), the median and the range of
 single calls say more than a mean over many.
@@ -17,19 +16,14 @@ maximum in ms, TFLOP/s at the median, and every call's time.
 """
 
 import argparse
+import functools
 import statistics
 
 import torch
 
 import pygpukit_torch
-from _common import markdown_table, run_header
+from _common import device_time_ms, markdown_table, run_header
 from pygpukit_torch._env import environment_variable
-
-# Cycles of torch.cuda._sleep queued before each timed interval (~1 ms on
-# an H200): the GPU is still busy with it when the host records the start
-# event and enqueues the call, so the interval holds the GPU's work only,
-# not the host's dispatch.
-SLEEP_CYCLES = 2_000_000
 
 
 def main():
@@ -51,29 +45,24 @@ def main():
     rows = []
     for shape in args.shapes.split(","):
         m, n, k = (int(d) for d in shape.split("x"))
-        inputs = (torch.randn(m, k, device="cuda"), torch.randn(k, n, device="cuda"))
+        call = functools.partial(pygpukit_torch.matmul_tf32, torch.randn(m, k, device="cuda"),
+                                 torch.randn(k, n, device="cuda"), precision=args.precision)
         for _ in range(args.warmup):  # kernel choice, workspace, clocks
             for value in values:
                 with setting(value):
-                    pygpukit_torch.matmul_tf32(*inputs, precision=args.precision)
+                    call()
         torch.cuda.synchronize()
         times = {value: [] for value in values}
         for i in range(args.calls):
             for value in values if i % 2 == 0 else values[::-1]:
                 with setting(value):
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    torch.cuda._sleep(SLEEP_CYCLES)
-                    start.record()
-                    pygpukit_torch.matmul_tf32(*inputs, precision=args.precision)
-                    end.record()
-                    torch.cuda.synchronize()
-                times[value].append(start.elapsed_time(end))
+                    times[value].append(device_time_ms(call))
         for value in values:
             t = times[value]
             median = statistics.median(t)
             rows.append([shape, value, f"{median:.2f}", f"{min(t):.2f}", f"{max(t):.2f}",
                          f"{2 * m * n * k / median / 1e9:.1f}", " ".join(f"{x:.1f}" for x in t)])
-        del inputs
+        del call  # and its inputs
     print("\n".join(markdown_table(["shape (nn)", args.env, "median ms", "min ms", "max ms", "TFLOP/s (median)",
                                     "calls (ms)"], rows)))
 
