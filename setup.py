@@ -40,7 +40,7 @@ os.environ.setdefault("TORCH_CUDA_ARCH_LIST", DEFAULT_ARCHS)
 cxx_flags = ["-O3"]  # the C++ standard is the one torch.utils.cpp_extension picks for this torch
 sources = ["csrc/module.cpp", "csrc/tf32_emulation.cpp", "csrc/matmul_args.cpp", "csrc/matmul_tf32.cpp",
            "csrc/activation.cpp", "csrc/linear_args.cpp", "csrc/linear_tf32.cpp", "csrc/autograd.cpp",
-           "csrc/autocast.cpp"]
+           "csrc/autocast.cpp", "csrc/settings.cpp"]
 
 if build_cuda:
     nvcc_flags = ["-O3", "-lineinfo", "--expt-relaxed-constexpr"]

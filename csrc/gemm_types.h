@@ -29,4 +29,14 @@ enum class Activation : int { kNone = 0, kRelu, kGelu, kGeluTanh, kSilu };
 //            below cuBLAS FP32's 1.15e-6 (one unpromoted chain gave 9.6e-6).
 enum class Precision : int { kTF32 = 0, kIEEE = 1, kTF32x3 = 2 };
 
+// The kernel family the dispatcher is made to use (pygpukit_torch.force_kernel,
+// PYGPUKIT_KERNEL), in the order of kForceableKernels' names.
+enum class ForcedKernel : int {
+  kAuto = 0, kWgmma, kWgmmaSwapAB, kMmaSync, kMmaSyncLarge, kMmaSyncMedium, kMmaSyncSmall,
+  kSkinny, kGemv, kFma
+};
+inline constexpr const char* kForceableKernels[] = {
+    "auto", "wgmma", "wgmma_swap_ab", "mma_sync", "mma_sync_large", "mma_sync_medium",
+    "mma_sync_small", "skinny", "gemv", "fma"};
+
 }  // namespace pygpukit

@@ -1,5 +1,3 @@
-#include <algorithm>
-#include <cctype>
 #include <optional>
 #include "matmul_args.h"
 
@@ -12,6 +10,7 @@
 #include <c10/util/safe_numerics.h>
 
 #include "error_format.h"
+#include "settings.h"
 
 namespace pygpukit {
 
@@ -85,26 +84,7 @@ std::optional<Precision> precision_named(c10::string_view name) {
 }  // namespace
 
 Precision parse_precision(std::optional<c10::string_view> precision, const char* op) {
-  if (!precision.has_value()) {
-    // Read on every call, so a process (or pygpukit_torch.default_precision)
-    // can change it at any time.
-    if (const char* env = std::getenv("PYGPUKIT_PRECISION"); env != nullptr && *env != '\0') {
-      const auto p = precision_named(env);
-      TORCH_CHECK_VALUE(p.has_value(), op,
-                        ": the environment variable PYGPUKIT_PRECISION must be 'tf32', 'tf32x3' "
-                        "or 'ieee', got '", printable(env), "'");
-      return *p;
-    }
-    // PYGPUKIT_ALLOW_TF32 = 0 / false / no / off (any case, surrounding
-    // whitespace ignored, as a shell or .env file may leave it) disallows TF32.
-    const char* env = std::getenv("PYGPUKIT_ALLOW_TF32");
-    std::string v = env ? env : "";
-    const auto is_space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
-    while (!v.empty() && is_space(v.back())) v.pop_back();
-    v.erase(v.begin(), std::find_if_not(v.begin(), v.end(), is_space));
-    for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return (v == "0" || v == "false" || v == "no" || v == "off") ? Precision::kIEEE : Precision::kTF32;
-  }
+  if (!precision.has_value()) return default_precision(op);
   const auto p = precision_named(*precision);
   TORCH_CHECK_VALUE(p.has_value(), op, ": precision must be 'tf32', 'tf32x3', 'ieee' or None, got '",
                     printable(std::string_view(precision->data(), precision->size())), "'");

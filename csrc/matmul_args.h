@@ -28,10 +28,7 @@ struct MatmulShapes {
 // different devices, or shapes that cannot be multiplied or broadcast.
 MatmulShapes check_matmul_args(const at::Tensor& a, const at::Tensor& b);
 
-// "tf32", "tf32x3" or "ieee"; None reads the environment: PYGPUKIT_PRECISION
-// (one of those names; empty counts as unset) if set, else "ieee" if
-// PYGPUKIT_ALLOW_TF32 is 0 / false / no / off (any case, surrounding
-// whitespace ignored), else "tf32".
+// "tf32", "tf32x3" or "ieee"; None takes the default (settings.h).
 // Throws ValueError for any other name, naming the operator `op` (every
 // pygpukit operator takes this argument).
 Precision parse_precision(std::optional<c10::string_view> precision, const char* op);

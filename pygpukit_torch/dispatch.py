@@ -1,20 +1,20 @@
 """Overriding the kernel dispatcher, for tests and benchmarks.
 
 The C++ dispatcher (csrc/cuda/dispatch.cu) picks a kernel per call from the
-GPU, the shape, the layouts and the alignment. ``PYGPUKIT_KERNEL`` in the
-environment, read on every call, overrides that choice; :func:`force_kernel`
-sets it for the duration of a ``with`` block. A forced kernel that cannot run
-a given problem (``wgmma`` off Hopper, ``mma_sync_large`` with unaligned
-operands, ``skinny`` with more than 64 rows, ``gemv`` with more than 16 on a
-K-major weight or 64 on a row-major one)
-falls back to the automatic choice, and so does a value of ``PYGPUKIT_KERNEL`` that is not a kernel name;
-:func:`pygpukit_torch.kernel_info` tells what a call actually runs. CPU
-tensors always run the CPU emulation.
+GPU, the shape, the layouts and the alignment. :func:`force_kernel` overrides
+that choice for the duration of a ``with`` block; ``PYGPUKIT_KERNEL``, read
+once per process at the first CUDA call, sets the override for the whole
+process (a name that is not in ``KERNELS`` raises ValueError at every CUDA
+call; changing the variable later raises RuntimeError). A forced kernel that
+cannot run a given problem (``wgmma`` off Hopper, ``mma_sync_large`` with
+unaligned operands, ``skinny`` with more than 64 rows, ``gemv`` with more
+than 16 on a K-major weight or 64 on a row-major one) falls back to the
+automatic choice; :func:`pygpukit_torch.kernel_info` tells what a call
+actually runs. CPU tensors always run the CPU emulation.
 
-A compiled graph reaches the same dispatcher on every run, so a ``with``
-block around the call of a ``torch.compile``'d function applies to it. Inside
-one it cannot work (Dynamo cannot trace the environment write), and
-:func:`force_kernel` says so.
+Compiled code follows the block around its call in every torch.compile mode
+(a change recompiles, CUDA graphs included); a CUDA graph captured by hand
+replays the kernels it recorded.
 """
 
 from __future__ import annotations
@@ -22,11 +22,10 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator, Optional
 
-from ._env import environment_variable
+from ._settings import setting_block
 
 KERNELS = ("auto", "wgmma", "wgmma_swap_ab", "mma_sync", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "skinny",
            "gemv", "fma")
-_ENV = "PYGPUKIT_KERNEL"
 
 
 @contextlib.contextmanager
@@ -79,11 +78,10 @@ def force_kernel(kernel: Optional[str]) -> Iterator[None]:
             entered while torch.export, make_fx, torch.fx.symbolic_trace or
             torch.jit.trace records the function.
 
-    The override is process-wide (an environment variable): while the block
-    is open it applies to calls in every thread, so it is not meant for
-    concurrent use from several threads with different kernels (blocks that
-    overlap in threads and close out of order still restore the variable
-    correctly). A kernel that cannot run
+    The override is process-wide: while the block is the innermost open one
+    it applies to calls in every thread, so it is not meant for concurrent
+    use from several threads with different kernels (blocks that overlap in
+    threads and close out of order still leave the right setting). A kernel that cannot run
     a given problem falls back to the automatic choice, except that with
     ``precision="ieee"`` any forced kernel but ``gemv`` runs the FMA kernel
     (tensor-core kernels do not compute in FP32); CPU tensors are not
@@ -97,5 +95,5 @@ def force_kernel(kernel: Optional[str]) -> Iterator[None]:
                         f"got {type(kernel).__name__} {kernel!r}")
     if kernel not in KERNELS:
         raise ValueError(f"force_kernel: unknown kernel {kernel!r}; expected one of {', '.join(KERNELS)}")
-    with environment_variable(_ENV, kernel, caller="force_kernel"):
+    with setting_block("kernel", kernel, caller="force_kernel"):
         yield

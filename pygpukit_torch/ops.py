@@ -24,7 +24,7 @@ from typing import Optional
 
 import torch
 
-from .dispatch import KERNELS
+from ._settings import innermost
 
 PRECISIONS = ("tf32", "tf32x3", "ieee")
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
@@ -171,20 +171,21 @@ def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
             16 and 64. Such rows
             are bound by the weight's bytes, so tensor cores save little or
             no time there.
-            ``None`` (default): the environment variable
-            ``PYGPUKIT_PRECISION`` (one of those names; see
-            :func:`pygpukit_torch.default_precision`) if set, else ``"ieee"``
-            if ``PYGPUKIT_ALLOW_TF32`` is ``0``/``false``/``no``/``off`` (any
-            case, surrounding whitespace ignored), else
-            ``"tf32"``. PyTorch's own TF32 settings are not consulted.
+            ``None`` (default): the default precision, that of the
+            innermost open :func:`pygpukit_torch.default_precision` block,
+            else of the environment variables read at the first call
+            (``PYGPUKIT_PRECISION``, ``PYGPUKIT_ALLOW_TF32``; see
+            :mod:`pygpukit_torch.precision`), else ``"tf32"``. PyTorch's own
+            TF32 settings are not consulted.
             On the CPU every precision is emulated: inputs rounded (ties to
             even) or split the same way, products accumulated in float64;
             those rows too (the CPU does not emulate the GEMVs' FP32).
 
     Differentiable (csrc/autograd.cpp): ``grad_a = grad @ bᵀ`` and ``grad_b =
     aᵀ @ grad`` are matmul_tf32 products at the ``precision`` the call named
-    (with ``None``, the environment's when ``backward()`` runs: a
-    :func:`pygpukit_torch.default_precision` block must enclose it too), with the
+    (with ``None``, the default when ``backward()`` runs, except that a
+    call made inside a :func:`pygpukit_torch.default_precision` block in
+    the same thread records the block's precision), with the
     transposes read in place and broadcast batch dimensions summed back;
     ``a`` is saved only if ``b`` needs a gradient and vice versa. Outside grad
     mode, or when no input requires grad, nothing is saved and no graph node
@@ -222,9 +223,6 @@ def kernel_info(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
     reports as an error (``torch._dynamo.exc.Unsupported``): call it outside
     the compiled function.
 
-    A ``PYGPUKIT_KERNEL`` that names no kernel is ignored by the dispatcher
-    (a typo must not turn a path off); the returned string then says so.
-
     Inside ``torch.func.vmap`` the operands are per-sample views of the
     batched tensors the kernel would really run on, so the call raises;
     call it outside, on the batched operands.
@@ -237,12 +235,7 @@ def kernel_info(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
     if any(_is_vmapped(t) for t in (a, b)):
         raise RuntimeError("kernel_info: called inside torch.func.vmap, whose per-sample tensors are not what "
                            "the kernel runs on: call it outside vmap, on the batched operands")
-    info = torch.ops.pygpukit.matmul_kernel_info.default(a, b, precision=precision)
-    forced = os.environ.get("PYGPUKIT_KERNEL")
-    if forced and forced not in KERNELS:  # empty counts as unset, as for PYGPUKIT_PRECISION
-        shown = repr(forced) if len(forced) <= 64 else repr(forced[:64]) + "..."
-        info += f" [PYGPUKIT_KERNEL={shown} names no kernel ({', '.join(KERNELS)}): ignored]"
-    return info
+    return torch.ops.pygpukit.matmul_kernel_info.default(a, b, precision=precision)
 
 
 def _is_vmapped(t: torch.Tensor) -> bool:
@@ -334,11 +327,11 @@ def _check_precision(op: str, precision: Optional[str]) -> None:
 
 
 def _check_call_precision(op: str, precision: Optional[str]) -> None:
-    """_check_precision, and for None the environment variable the C++
-    operator then reads: meta tensors and tracing raise what eager mode
-    raises for a bad PYGPUKIT_PRECISION."""
+    """_check_precision, and for None (with no default_precision block open)
+    the environment variable the C++ operator then reads: meta tensors and
+    tracing raise what eager mode raises for a bad PYGPUKIT_PRECISION."""
     _check_precision(op, precision)
-    env = os.environ.get("PYGPUKIT_PRECISION") if precision is None else None
+    env = os.environ.get("PYGPUKIT_PRECISION") if precision is None and innermost("precision") is None else None
     torch._check_value(not env or env in PRECISIONS,
                        lambda: f"{op}: the environment variable PYGPUKIT_PRECISION must be 'tf32', 'tf32x3' "
                                f"or 'ieee', got '{_printable(env)}'")

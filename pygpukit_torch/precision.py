@@ -1,19 +1,20 @@
 """The process-wide default precision of the pygpukit operators.
 
 A call with ``precision=None`` (every call that does not name one, including
-those of :class:`~pygpukit_torch.TF32Linear` built without one) resolves it
-when it runs, from the environment: ``PYGPUKIT_PRECISION`` (``tf32``,
-``tf32x3`` or ``ieee``; empty counts as unset) if set, else ``ieee`` if
-``PYGPUKIT_ALLOW_TF32`` is ``0``, ``false``, ``no`` or ``off`` (any case,
-surrounding whitespace ignored), else ``tf32``. :func:`default_precision` sets ``PYGPUKIT_PRECISION``
-for the duration of a ``with`` block.
+those of :class:`~pygpukit_torch.TF32Linear` built without one) takes the
+innermost open :func:`default_precision` block's precision, else the
+environment's, read once per process at the first call:
+``PYGPUKIT_PRECISION`` (``tf32``, ``tf32x3`` or ``ieee``; empty counts as
+unset) if set, else ``ieee`` if ``PYGPUKIT_ALLOW_TF32`` is ``0``, ``false``,
+``no`` or ``off`` (any case, surrounding whitespace ignored), else ``tf32``.
+Changing either variable after that first call raises at the next call.
 
-A compiled graph calls the operators with ``precision=None`` too and so reads
-the environment on every run: a ``with`` block around a call of a
-``torch.compile``'d function applies to it without recompiling. Inside one it
-cannot work: Dynamo cannot trace the environment write (``os.putenv``), and
-with ``fullgraph=True`` that is an error, so :func:`default_precision` says
-so instead and points to the ``precision=`` argument.
+Compiled code follows the block around its call in every torch.compile mode:
+a block of another precision than the code was compiled under recompiles it
+(CUDA graphs of mode="reduce-overhead" included). A CUDA graph captured by
+hand (``torch.cuda.CUDAGraph``) replays the kernels it recorded, as it does
+for torch's own matmuls. A program exported inside a block holds that
+precision; one exported outside takes the default when it runs.
 """
 
 from __future__ import annotations
@@ -21,11 +22,8 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator, Optional
 
-from ._env import environment_variable
+from ._settings import setting_block
 from .ops import PRECISIONS, _check_precision_is_str
-
-_ENV = "PYGPUKIT_PRECISION"
-
 
 @contextlib.contextmanager
 def default_precision(precision: Optional[str]) -> Iterator[None]:
@@ -51,12 +49,16 @@ def default_precision(precision: Optional[str]) -> Iterator[None]:
             torch.jit.trace records the function: the graph would run
             without the setting.
 
-    Process-wide (an environment variable, read on every call): while the
-    block is open it applies to calls in every thread, so it is not meant
-    for concurrent use from several threads with different precisions
-    (blocks that overlap in threads and close out of order still restore the
-    variable correctly). Backward passes run after the block use the
-    precision in force when they run.
+    Process-wide: while the block is the innermost open one it applies to
+    calls in every thread (blocks that overlap in threads and close out of
+    order still leave the right setting). Calls in the block's own thread
+    also record the precision, so their backward passes use it after the
+    block has closed, and torch.compile'd code called in the block is
+    compiled for it.
+
+    Example:
+        >>> with pygpukit_torch.default_precision("tf32x3"):
+        ...     c = pygpukit_torch.matmul_tf32(a, b)  # 3xTF32
     """
     if precision is None:
         yield
@@ -67,5 +69,5 @@ def default_precision(precision: Optional[str]) -> Iterator[None]:
                          f"{', '.join(PRECISIONS)}")
     advice = (f"pass precision={precision!r} to the operators there, or enter the block around the call of the "
               f"compiled function")
-    with environment_variable(_ENV, precision, caller="default_precision", advice=advice):
+    with setting_block("precision", precision, caller="default_precision", advice=advice):
         yield

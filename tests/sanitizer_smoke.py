@@ -5,7 +5,7 @@ matmul_tf32 and for linear_tf32's fused epilogue.
     compute-sanitizer --tool memcheck python tests/sanitizer_smoke.py
 """
 
-import os
+import contextlib
 
 import torch
 import torch.nn.functional as F
@@ -15,6 +15,15 @@ import pygpukit_torch
 if not torch.cuda.is_available():
     raise SystemExit("tests/sanitizer_smoke.py needs a CUDA GPU (torch.cuda.is_available() is False)")
 torch.manual_seed(0)
+_forced = contextlib.ExitStack()
+
+
+def force(kernel):
+    """Forces `kernel` from here on (a force_kernel block left open)."""
+    _forced.close()
+    _forced.enter_context(pygpukit_torch.force_kernel(kernel))
+
+
 # (3, 300, 1000): split-K on wgmma. skinny and gemv (forced) run the cases
 # with m <= 16 and m = 1 where both operands are K-major and 16-byte aligned
 # (b transposed, no offset; linear_tf32).
@@ -26,7 +35,7 @@ wide_n = 2 * 32 * torch.cuda.get_device_properties(0).multi_processor_count + 31
 cases = [(1, 1, 1), (67, 45, 131), (130, 260, 37), (257, 129, 65), (3, 300, 1000), (7, 37, 1004), (16, wide_n, 65),
          (300, 260, 3000)]
 for kernel in ("wgmma", "wgmma_swap_ab", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "skinny", "gemv", "fma"):
-    os.environ["PYGPUKIT_KERNEL"] = kernel
+    force(kernel)
     for m, n, k in cases:
         for ta in (False, True):
             for tb in (False, True):
@@ -59,7 +68,7 @@ for kernel in ("wgmma", "wgmma_swap_ab", "mma_sync_large", "mma_sync_medium", "m
 # 8, 4, 2 and 1 slices, dispatch.cu's gemv_choice) with K tails, a 1-D x
 # (any K) and weight rows 16-byte aligned (a view of padded rows), the fused
 # epilogue, and a repeated last row in the last CTA.
-os.environ["PYGPUKIT_KERNEL"] = "auto"
+force("auto")
 sms = torch.cuda.get_device_properties(0).multi_processor_count
 for per_sm, k in ((0, 1), (0, 131), (5, 1004), (10, 131), (20, 65), (40, 1000)):
     n = per_sm * sms + 45
@@ -82,7 +91,7 @@ for n, k in ((45, 1), (1001, 131), (4097, 4099), (4 * 128 * sms + 3, 70), (130, 
 # 2, 4, 8 and 16 rows (rows past M repeat row M - 1, never stored), split-K
 # from 1 up, N's end inside a chunk and a K tail; x's rows 16-byte aligned
 # (views of padded rows); 17 to 64 rows in blocks of 16.
-os.environ["PYGPUKIT_KERNEL"] = "gemv"
+force("gemv")
 for m, n, k in ((2, 45, 1), (3, 1001, 131), (5, 4097, 4099), (9, 4 * 128 * sms + 3, 70), (16, 130, 4096),
                 (17, 1001, 131), (40, 130, 4096), (64, 45, 9)):
     x = torch.randn(m, (k + 3) // 4 * 4, device="cuda")[:, :k]
@@ -95,7 +104,7 @@ for m, n, k in ((2, 45, 1), (3, 1001, 131), (5, 4097, 4099), (9, 4 * 128 * sms +
 # ... and on a K-major weight (linear_tf32's own layout): the few-rows GEMV,
 # forced, with 1 to 8 K-slices, K tails, weight rows past N and rows of x
 # past M in a CTA.
-os.environ["PYGPUKIT_KERNEL"] = "gemv"
+force("gemv")
 for m, n, k in ((2, 45, 1), (3, 1001, 131), (5, 4097, 4099), (9, 4 * 16 * sms + 3, 70), (16, 130, 4096)):
     x = torch.randn(m, (k + 3) // 4 * 4, device="cuda")[:, :k]
     b = torch.randn(n, device="cuda")
@@ -106,7 +115,7 @@ for m, n, k in ((2, 45, 1), (3, 1001, 131), (5, 4097, 4099), (9, 4 * 16 * sms + 
     assert float((out.double() - ref).norm() / ref.norm()) < 1e-5, (m, n, k)
 # The skinny kernel's blocks of 16 rows (17 to 64), forced, in TF32 and in
 # 3xTF32 (split in registers), with a K tail and N's end inside a CTA.
-os.environ["PYGPUKIT_KERNEL"] = "skinny"
+force("skinny")
 for m, n, k in ((17, 45, 131), (33, 1001, 70), (64, 130, 4099)):
     x = torch.randn(m, (k + 3) // 4 * 4, device="cuda")[:, :k]
     b = torch.randn(n, device="cuda")
@@ -123,7 +132,7 @@ for m, n, k in ((17, 45, 131), (33, 1001, 70), (64, 130, 4099)):
 # last k-tile, N's end inside a tile, split-K (N = 300) and not (N = 8501,
 # C's rows not 16-byte aligned), linear_tf32's epilogue in the kernel and in
 # the split-K reduction, and the 64- and 128-row tiles.
-os.environ["PYGPUKIT_KERNEL"] = "wgmma"
+force("wgmma")
 probe = torch.empty(512, 512, device="cuda")
 hopper = pygpukit_torch.kernel_info(probe, probe.t()).startswith("wgmma")  # else forced wgmma falls back
 for m, n, k in ((1, 300, 1000), (17, 300, 99), (100, 8501, 70), (128, 300, 4099)):
@@ -141,7 +150,7 @@ for m, n, k in ((1, 300, 1000), (17, 300, 99), (100, 8501, 70), (128, 300, 4099)
 # The Hopper path's stream-K last wave (its tiles' k-tiles spread over every
 # cluster, partial sums through the workspace): nn (SwapAB) and nt, the
 # latter with a fused epilogue, where the H200's schedule takes it.
-os.environ["PYGPUKIT_KERNEL"] = "auto"
+force("auto")
 for a, b in ((torch.randn(8192, 1024, device="cuda"), torch.randn(1024, 8192, device="cuda")),
              (torch.randn(2304, 4096, device="cuda"), torch.randn(2304, 4096, device="cuda").t())):
     if "stream-K" not in pygpukit_torch.kernel_info(a, b):

@@ -135,23 +135,6 @@ def test_unknown_precision(device):
 
 
 @pytest.mark.parametrize("device", DEVICES + ["meta"])
-def test_bad_precision_environment_variable_raises_on_every_device(device, monkeypatch):
-    """Without a precision argument the op reads PYGPUKIT_PRECISION: a bad
-    value raises the same ValueError on meta tensors (the fake
-    implementations) as in eager mode, for both ops and kernel_info."""
-    monkeypatch.setenv("PYGPUKIT_PRECISION", "fp16")
-    a = torch.ones(2, 2, device=device)
-    match = "PYGPUKIT_PRECISION must be 'tf32', 'tf32x3' or 'ieee', got 'fp16'"
-    with pytest.raises(ValueError, match=match):
-        matmul_tf32(a, a)
-    with pytest.raises(ValueError, match=match):
-        linear_tf32(a, a)
-    with pytest.raises(ValueError, match=match):
-        pygpukit_torch.kernel_info(a, a)
-    matmul_tf32(a, a, precision="ieee")  # an explicit precision does not read it
-
-
-@pytest.mark.parametrize("device", DEVICES + ["meta"])
 def test_several_problems_report_the_first_as_eager_does(device):
     """Meta tensors (the fake implementations) check in the C++ order, so
     a call with more than one problem names the same one everywhere: a

@@ -17,6 +17,7 @@
 #include "gemv_rows.h"
 #include "gemv_rowmajor.h"
 #include "int_math.h"
+#include "launch_util.h"
 #include "mma_sync_config.h"
 #include "pack_kmajor.h"
 #include "skinny_gemm.h"
@@ -546,62 +547,48 @@ Choice skinny_choice(const GemmProblem& p, Precision precision, const DeviceInfo
   return {wide ? Kernel::kSkinnyWide : Kernel::kSkinny, true};
 }
 
-// PYGPUKIT_KERNEL forces a kernel family or configuration, for tests and
-// benchmarks: auto (default), wgmma, wgmma_swap_ab, mma_sync (the family,
-// automatic tile), mma_sync_large, mma_sync_medium, mma_sync_small, skinny,
-// gemv, fma. A forced kernel that cannot run the problem (wgmma off Hopper,
-// wgmma_swap_ab where neither swap_ab_runs nor (3xTF32) split3_swap_ab_runs,
-// large tile with unaligned operands, too little shared memory, skinny with M > 64 or an operand that
-// is not K-major and 16-byte aligned, gemv with a weight neither K-major
-// nor row-major and 16-byte aligned, or with M > 16 (K-major) or 64
-// (row-major), a batch, or (M > 1)
-// rows of A not 16-byte aligned) falls back to the automatic
-// choice rather than fail; so does a name that is none of these (a typo
-// must not quietly turn the Hopper path off). With precision "ieee", any
+// p.forced (settings.h) forces a kernel family or configuration, for tests
+// and benchmarks. A forced kernel that cannot run the problem (wgmma off
+// Hopper, wgmma_swap_ab where neither swap_ab_runs nor (3xTF32)
+// split3_swap_ab_runs, large tile with unaligned operands, too little shared
+// memory, skinny with M > 64 or an operand that is not K-major and 16-byte
+// aligned, gemv where few_rows_gemv_runs and single_row_runs say no) falls
+// back to the automatic choice rather than fail. With precision "ieee", any
 // forced kernel but gemv runs the FMA one.
-std::string forced_kernel() {
-  static const std::array<const char*, 9> kForceable = {
-      "wgmma", "wgmma_swap_ab", "mma_sync", "mma_sync_large", "mma_sync_medium", "mma_sync_small",
-      "skinny", "gemv", "fma"};
-  const char* env = std::getenv("PYGPUKIT_KERNEL");
-  for (const char* name : kForceable)
-    if (env != nullptr && std::string(env) == name) return name;
-  return "auto";
-}
-
 // For kTF32x3, `p` is the staged problem (3K columns of big and small parts),
 // except in tf32x3_unstaged, which asks about the unsplit operands.
 Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   // mma.sync TF32 and the skinny kernel's cp.async need sm_80.
   if (d.cc_major < 8) return fma_choice(p, d);
-  const std::string forced = forced_kernel();
+  using F = ForcedKernel;
+  const F forced = p.forced;
   // One row of A, any precision: the FP32 GEMV, unless another kernel is
   // forced. FP32 precision otherwise never uses tensor cores: the FMA kernel.
   const bool gemv = single_row_runs(p);
-  if (gemv && (forced == "auto" || forced == "gemv")) return single_row_choice(p, d);
+  if (gemv && (forced == F::kAuto || forced == F::kGemv)) return single_row_choice(p, d);
   // 2 to 16 rows of A (up to 64 on a row-major weight, in blocks): the
   // few-rows GEMVs, always when forced, unforced where they win
   // (few_rows_gemv_max_m).
   const bool few_rows_run = few_rows_gemv_runs(p);
   const bool few_rows = few_rows_run && p.M <= few_rows_gemv_max_m(p, precision, d);
-  if (few_rows_run && (forced == "gemv" || (forced == "auto" && few_rows)))
+  if (few_rows_run && (forced == F::kGemv || (forced == F::kAuto && few_rows)))
     return few_rows_gemv_choice(p, d);
   if (precision == Precision::kIEEE) return fma_choice(p, d);
   const bool vec16 = aligned16(p.A, p.lda, p.batch_stride_a) &&
                      aligned16(p.B, p.ldb, p.batch_stride_b);
-  if (forced == "fma") return fma_choice(p, d);
+  if (forced == F::kFma) return fma_choice(p, d);
   const bool wgmma = wgmma_runs(p, d);
-  if (forced == "wgmma" && wgmma) return choose_wgmma(p, precision, d);
-  if (forced == "wgmma_swap_ab" && wgmma && swap_ab_runs(p, precision)) return swap_ab_choice(p, d);
-  if (forced == "wgmma_swap_ab" && wgmma && split3_swap_ab_runs(p, precision))
+  if (forced == F::kWgmma && wgmma) return choose_wgmma(p, precision, d);
+  if (forced == F::kWgmmaSwapAB && wgmma && swap_ab_runs(p, precision)) return swap_ab_choice(p, d);
+  if (forced == F::kWgmmaSwapAB && wgmma && split3_swap_ab_runs(p, precision))
     return choose_wgmma(p, precision, d);
-  if (forced == "mma_sync_large" && vec16 && fits<MmaSyncLarge>(p, d)) return {Kernel::kMmaSyncLarge, true};
-  if (forced == "mma_sync_medium" && fits<MmaSyncMedium>(p, d)) return {Kernel::kMmaSyncMedium, vec16};
-  if (forced == "mma_sync_small") return {Kernel::kMmaSyncSmall, vec16};
-  if (forced == "skinny" && skinny_runs(p)) return skinny_choice(p, precision, d);
+  if (forced == F::kMmaSyncLarge && vec16 && fits<MmaSyncLarge>(p, d)) return {Kernel::kMmaSyncLarge, true};
+  if (forced == F::kMmaSyncMedium && fits<MmaSyncMedium>(p, d)) return {Kernel::kMmaSyncMedium, vec16};
+  if (forced == F::kMmaSyncSmall) return {Kernel::kMmaSyncSmall, vec16};
+  if (forced == F::kSkinny && skinny_runs(p)) return skinny_choice(p, precision, d);
   // From here on the automatic choice: unforced, or forced to a kernel that
   // cannot run `p`; "mma_sync" alone keeps to the mma.sync tiles.
-  const bool automatic = forced != "mma_sync";
+  const bool automatic = forced != F::kMmaSync;
   if (automatic && gemv) return single_row_choice(p, d);
   if (automatic && few_rows) return few_rows_gemv_choice(p, d);
   // Decode-sized M on any sm_80+ GPU: B streamed once, no split-K pass.
@@ -832,7 +819,7 @@ cudaError_t run_wgmma(const GemmProblem& p, const Choice& c, void* workspace,
                       size_t workspace_bytes, cudaStream_t stream) {
   const Staging s = wgmma_staging(p, c.kernel);
   const size_t staged = s.bytes_a + s.bytes_b;
-  if (staged > workspace_bytes) return cudaErrorInvalidValue;
+  if (staged > workspace_bytes) return step_result(cudaErrorInvalidValue, "workspace too small for the packed operands");
   auto* ws = static_cast<uint8_t*>(workspace);
   const cudaError_t err = launch_staging(p, s, ws, stream);
   if (err != cudaSuccess) return err;
@@ -1023,7 +1010,8 @@ cudaError_t run_gemm(const GemmProblem& p, Precision precision, void* workspace,
                         /*split3_in_registers=*/true);
     const Staging s = plan_staging(p, false, true);
     const size_t staged = s.bytes_a + s.bytes_b;
-    if (staged > workspace_bytes) return cudaErrorInvalidValue;
+    if (staged > workspace_bytes)
+      return step_result(cudaErrorInvalidValue, "workspace too small for 3xTF32's packed parts");
     auto* ws = static_cast<uint8_t*>(workspace);
     const cudaError_t err = launch_staging(p, s, ws, stream);
     if (err != cudaSuccess) return err;

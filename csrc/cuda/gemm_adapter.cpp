@@ -6,6 +6,9 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/util/Exception.h>
 
+#include "../settings.h"
+#include "launch_util.h"
+
 namespace pygpukit {
 namespace {
 
@@ -54,10 +57,13 @@ void set_operands(GemmProblem& p, const Operand& A, const Operand& B) {
   p.batch_stride_b = B.batch_stride;
 }
 
-void run_gemm_checked(const GemmProblem& p, Precision precision, const char* op) {
+void run_gemm_checked(const GemmProblem& problem, Precision precision, const char* op) {
+  GemmProblem p = problem;
+  p.forced = forced_kernel(op);
   // Scratch (staged operands, split-K partials: gemm_workspace_bytes), from
   // torch's caching allocator on the current device and stream: freed back
   // to it, and reusable, once the stream's work is done.
+  failed_step = nullptr;
   const size_t workspace_bytes = gemm_workspace_bytes(p, precision);
   at::Tensor workspace;
   if (workspace_bytes > 0)
@@ -67,7 +73,7 @@ void run_gemm_checked(const GemmProblem& p, Precision precision, const char* op)
       run_gemm(p, precision, workspace_bytes > 0 ? workspace.data_ptr() : nullptr,
                workspace_bytes, at::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, op, ": kernel launch failed (", describe_gemm(p, precision),
-              "): ", cudaGetErrorString(err));
+              "): ", cudaGetErrorString(err), failed_step ? std::string(" (at ") + failed_step + ")" : "");
 }
 
 }  // namespace pygpukit

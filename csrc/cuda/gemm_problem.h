@@ -37,6 +37,9 @@ struct GemmProblem {
   // A and B hold 3xTF32's packed big and small parts, 3K columns (set by
   // the dispatcher when it stages them; the kernels do not read it).
   bool split3_parts = false;
+  // The kernel family forced for this call (settings.h), read once per call
+  // so that sizing the workspace and launching choose alike.
+  ForcedKernel forced = ForcedKernel::kAuto;
 };
 
 // Bytes of device scratch memory run_gemm needs for `problem` on the current

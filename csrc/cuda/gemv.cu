@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) gemv_kernel(const GemmProblem p
 
 template <class Cfg>
 cudaError_t launch(const GemmProblem& p, cudaStream_t stream) {
-  return launch_kernel<gemv_kernel<Cfg>>(dim3(unsigned(Cfg::ctas(p.N))), dim3(Cfg::kThreads), 0,
+  return launch_kernel<gemv_kernel<Cfg>>(dim3(unsigned(Cfg::ctas(p.N))), dim3(Cfg::kThreads), KernelNeeds{},
                                          stream, p);
 }
 

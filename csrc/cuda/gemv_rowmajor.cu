@@ -178,7 +178,7 @@ cudaError_t launch_rows(const GemmProblem& p, int splits, float* partials, cudaS
   splits = int(ceil_div(p.K, rows));  // no empty split
   const int64_t ldp = splitk_partials_ld(p.N);
   const dim3 grid(unsigned(Cfg::col_blocks(p.N)), unsigned(splits));
-  cudaError_t err = launch_kernel<gemv_rowmajor_kernel<kRows>>(grid, dim3(Cfg::kThreads), 0, stream,
+  cudaError_t err = launch_kernel<gemv_rowmajor_kernel<kRows>>(grid, dim3(Cfg::kThreads), KernelNeeds{}, stream,
                                                                 p, rows, partials, ldp);
   if (err != cudaSuccess || splits == 1) return err;
   return launch_splitk_reduce(partials, splits, p.M, p.N, ldp, p.C, p.ldc, p.epilogue, stream);

@@ -140,7 +140,7 @@ template <int kRows>
 cudaError_t launch_rows(const GemmProblem& p, int slices, cudaStream_t stream) {
   using Cfg = GemvRowsConfig<kRows>;
   return launch_kernel<gemv_rows_kernel<kRows>>(dim3(unsigned(Cfg::ctas(p.N, slices))),
-                                                dim3(Cfg::kThreads), 0, stream, p, slices);
+                                                dim3(Cfg::kThreads), KernelNeeds{}, stream, p, slices);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <torch/library.h>
 
 #include "../matmul_args.h"
+#include "../settings.h"
 #include "gemm_adapter.h"
 
 namespace pygpukit {
@@ -83,7 +84,9 @@ std::string matmul_kernel_info_cuda(const at::Tensor& a, const at::Tensor& b,
   // caching allocator always returns 16-byte aligned blocks.
   at::Tensor out = at::empty({0}, a.options());
   Operand A, B;
-  return describe_gemm(make_problem(a, b, s, out, A, B), prec);
+  GemmProblem p = make_problem(a, b, s, out, A, B);
+  p.forced = forced_kernel("matmul_tf32");
+  return describe_gemm(p, prec);
 }
 
 }  // namespace

@@ -4,7 +4,6 @@
 // docs/tf32_tensorcore_design.md for the fragment layouts and tiling.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -397,10 +396,11 @@ template <class Config, Layout kLayoutA, Layout kLayoutB, bool kVec16>
 cudaError_t launch_mma_sync_gemm(const GemmProblem& p, cudaStream_t stream) {
   constexpr int kSmem = mma_sync_smem_bytes<Config>(kLayoutA, kLayoutB);
   auto kernel = mma_sync_detail::mma_sync_gemm_kernel<Config, kLayoutA, kLayoutB, kVec16>;
-  static std::atomic<uint64_t> smem_configured{0};  // one per instantiation
-  cudaError_t err =
-      allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem, smem_configured);
-  if (err != cudaSuccess) return err;
+  KernelReady ready;
+  const cudaError_t err =
+      prepare_kernel<mma_sync_detail::mma_sync_gemm_kernel<Config, kLayoutA, kLayoutB, kVec16>>(
+          KernelNeeds{kSmem}, &ready);
+  if (err != cudaSuccess) return step_result(err, "setting the kernel up");
   const dim3 grid(static_cast<unsigned>(Config::tiles(p.M, p.N)),
                   static_cast<unsigned>(p.batch < 65535 ? p.batch : 65535));
   kernel<<<grid, Config::kThreads, kSmem, stream>>>(p);

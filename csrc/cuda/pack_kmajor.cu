@@ -105,7 +105,7 @@ cudaError_t launch_pack_kmajor(const float* src, bool k_major, int64_t ld, int64
   const int64_t row_tiles = ceil_div(rows, kTile);
   const dim3 grid(unsigned(ceil_div(K, kTile)), unsigned(row_tiles < 65535 ? row_tiles : 65535),
                   unsigned(batch < 65535 ? batch : 65535));
-  return launch_kernel<pack_kmajor_kernel>(grid, dim3(32, kRowsPerPass), 0, stream, src, k_major,
+  return launch_kernel<pack_kmajor_kernel>(grid, dim3(32, kRowsPerPass), KernelNeeds{}, stream, src, k_major,
                                            ld, batch_stride, rows, K, batch, split, dst);
 }
 

@@ -13,8 +13,8 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 }
 
 // Programmatic dependent launch (griddepcontrol, 9.7.13.x; sm_90 and newer:
-// compiled to nothing for older targets, whose code launch_util.h's
-// programmatic_launch_ok never launches programmatically). Where every
+// compiled to nothing for older targets, whose code kernel_setup.h's
+// KernelReady::programmatic never lets launch programmatically). Where every
 // kernel that launch_kernel starts first touches global memory. Launched
 // with cudaLaunchAttributeProgrammaticStreamSerialization, a kernel may
 // start while the kernel before it in the stream still runs:

@@ -4,7 +4,6 @@
 // "Decode-sized M: the skinny kernel" in docs/tf32_tensorcore_design.md.
 #include "skinny_gemm.h"
 
-#include <atomic>
 
 #include "epilogue.cuh"
 #include "launch_util.h"
@@ -320,14 +319,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) skinny_gemm_kernel(const Gem
 
 template <class Cfg, bool kSplit3>
 cudaError_t launch(const GemmProblem& p, cudaStream_t stream) {
-  auto kernel = skinny_gemm_kernel<Cfg, kSplit3>;
-  static std::atomic<uint64_t> smem_configured{0};
-  cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kRingBytes,
-                                       smem_configured);
-  if (err != cudaSuccess) return err;
   return launch_kernel<skinny_gemm_kernel<Cfg, kSplit3>>(dim3(unsigned(Cfg::ctas(p.N))),
-                                                         dim3(Cfg::kThreads), Cfg::kRingBytes,
-                                                         stream, p);
+                                                         dim3(Cfg::kThreads),
+                                                         KernelNeeds{Cfg::kRingBytes}, stream, p);
 }
 
 }  // namespace

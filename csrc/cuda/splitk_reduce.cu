@@ -70,7 +70,7 @@ cudaError_t launch_splitk_reduce(const float* partials, int splits, int64_t M, i
   const dim3 grid(unsigned(ceil_div(N, 4 * kThreads)),
                   unsigned(M < 65535 ? M : 65535));
   // Its launch overlaps the GEMM's tail; it waits for the partials.
-  return launch_kernel<splitk_reduce_kernel>(grid, dim3(kThreads), 0, stream, partials, splits, M,
+  return launch_kernel<splitk_reduce_kernel>(grid, dim3(kThreads), KernelNeeds{}, stream, partials, splits, M,
                                              N, ldp, C, ldc, epilogue, vector_store);
 }
 

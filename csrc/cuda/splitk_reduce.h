@@ -25,7 +25,7 @@ inline size_t splitk_partials_bytes(int splits, int64_t M, int64_t N) {
 // partials[s][m][n]), partials being splits x M x ldp floats (ldp =
 // splitk_partials_ld(N)) and C row-major with leading dimension ldc.
 // Launched programmatically where the GPU and the build allow it
-// (launch_util.h, programmatic_launch_ok): it waits for the previous
+// (kernel_setup.h, KernelReady::programmatic): it waits for the previous
 // kernel's writes before reading the partials.
 cudaError_t launch_splitk_reduce(const float* partials, int splits, int64_t M, int64_t N,
                                  int64_t ldp, float* C, int64_t ldc, const Epilogue& epilogue,

@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cstdlib>
 #include <type_traits>
 
@@ -499,28 +498,24 @@ __global__ void PYGPUKIT_CLUSTER_DIMS(Cfg::kClusterM) __launch_bounds__(Cfg::kTh
 
 
 
-// Lets wgmma_gemm_kernel<Cfg, kStreamK> use its shared memory (once per
-// device).
-template <class Cfg, bool kStreamK>
-cudaError_t allow_kernel_smem() {
-  static std::atomic<uint64_t> smem_configured{0};
-  return allow_dynamic_smem(reinterpret_cast<const void*>(wgmma_gemm_kernel<Cfg, kStreamK>),
-                            Cfg::kSmemBytes, smem_configured);
+// What wgmma_gemm_kernel<Cfg, kStreamK> asks of the device, for either
+// variant: its shared memory and the residency query of its clusters.
+template <class Cfg>
+constexpr KernelNeeds kernel_needs() {
+  return KernelNeeds{Cfg::kSmemBytes, Cfg::kThreads, Cfg::kClusterM};
 }
 
 // The persistent grid's clusters for `works` work items: one per resident
-// slot (cached per device), at most one per item. The residency of the
-// whole-tiles kernel, which the stream-K one shares (same threads, dynamic
-// shared memory and launch bounds; its 8-16 bytes of static shared memory
-// more change nothing at one block per SM).
+// slot, at most one per item. The residency of the whole-tiles kernel,
+// which the stream-K one shares (same threads, dynamic shared memory and
+// launch bounds; its 8-16 bytes of static shared memory more change nothing
+// at one block per SM).
 template <class Cfg>
 cudaError_t grid_clusters(int64_t works, int64_t* clusters) {
-  const cudaError_t err = allow_kernel_smem<Cfg, false>();  // the query needs it first
+  KernelReady ready;
+  const cudaError_t err = prepare_kernel<wgmma_gemm_kernel<Cfg, false>>(kernel_needs<Cfg>(), &ready);
   if (err != cudaSuccess) return err;
-  static std::array<std::atomic<int>, 64> resident{};
-  *clusters = std::min<int64_t>(
-      works, resident_clusters(reinterpret_cast<const void*>(wgmma_gemm_kernel<Cfg, false>),
-                               Cfg::kThreads, Cfg::kSmemBytes, Cfg::kClusterM, resident));
+  *clusters = std::min<int64_t>(works, ready.resident_clusters);
   return cudaSuccess;
 }
 
@@ -617,7 +612,7 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
                           box_rows_a) &&
                 encode_matrix(&map_b, kTF32, p.B, p.N, p.K, p.ldb, p.batch, p.batch_stride_b,
                               box_rows_b);
-  if (!encoded) return cudaErrorInvalidValue;
+  if (!encoded) return step_result(cudaErrorInvalidValue, "encoding the operands' tensor maps");
   const int k_tiles = int(ceil_div(p.K, Cfg::BK));
   const int k_tiles_per_split = int(ceil_div(k_tiles, splits));
   splits = int(ceil_div(k_tiles, k_tiles_per_split));  // no empty split
@@ -631,14 +626,15 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
   // C (or the partials) as stored: always C's own M x N, row-major.
   const int64_t ldp = splitk_partials_ld(p.N);
   if (splits > 1) {  // raw partial products; the reduction applies the epilogue
-    if (splitk_partials_bytes(splits, p.M, p.N) > partials_bytes) return cudaErrorInvalidValue;
+    if (splitk_partials_bytes(splits, p.M, p.N) > partials_bytes)
+      return step_result(cudaErrorInvalidValue, "workspace too small for the split-K partials");
     params.C = partials;
     params.ldc = ldp;
     params.batch_stride_c = p.M * ldp;
     params.epilogue = Epilogue{};
     params.tma_store = encode_matrix(&map_c, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, partials, p.M, p.N,
                                      ldp, splits, p.M * ldp, Cfg::kStoreBoxRows);
-    if (!params.tma_store) return cudaErrorInvalidValue;
+    if (!params.tma_store) return step_result(cudaErrorInvalidValue, "encoding the partials' tensor map");
   } else {
     params.tma_store = tma_compatible(p.C, p.M, p.ldc, p.batch, p.batch_stride_c) &&
                        encode_matrix(&map_c, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.C, p.M, p.N,
@@ -647,7 +643,7 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
   // Persistent: one cluster per resident slot, each walking the work items.
   int64_t clusters = 0;
   cudaError_t err = wgmma_detail::grid_clusters<Cfg>(wgmma_detail::work_count<Cfg>(params), &clusters);
-  if (err != cudaSuccess) return err;
+  if (err != cudaSuccess) return step_result(err, "setting the kernel up");
   if (splits == 1) {
     // Stream-K where plan_wgmma_gemm sized the workspace for it: the plan
     // depends only on the problem, the cached residency and
@@ -662,24 +658,24 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
       params.stream_k_partials = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(partials) +
                                                           sk.counter_bytes);
       err = cudaMemsetAsync(partials, 0, sk.counter_bytes, stream);
-      if (err != cudaSuccess) return err;
+      if (err != cudaSuccess) return step_result(err, "clearing the stream-K counters");
     }
   }
   // Programmatic dependent launch: the launch and prologue overlap the
   // previous kernel's tail, and the reduction's launch overlaps ours.
   auto launch = [&](auto stream_k) {
     constexpr bool kStreamK = decltype(stream_k)::value;
-    const cudaError_t smem_err = wgmma_detail::allow_kernel_smem<Cfg, kStreamK>();
-    if (smem_err != cudaSuccess) return smem_err;
     return launch_kernel<wgmma_detail::wgmma_gemm_kernel<Cfg, kStreamK>>(
-        dim3(unsigned(clusters * Cfg::kClusterM)), dim3(Cfg::kThreads), Cfg::kSmemBytes, stream,
-        map_a, map_b, map_c, params);
+        dim3(unsigned(clusters * Cfg::kClusterM)), dim3(Cfg::kThreads),
+        wgmma_detail::kernel_needs<Cfg>(), stream, map_a, map_b, map_c, params);
   };
   if constexpr (Cfg::kPromoteKTiles == 0)
     err = params.stream_k_iters > 0 ? launch(std::true_type{}) : launch(std::false_type{});
   else err = launch(std::false_type{});
-  if (err != cudaSuccess || splits == 1) return err;
-  return launch_splitk_reduce(partials, splits, p.M, p.N, ldp, p.C, p.ldc, p.epilogue, stream);
+  if (err != cudaSuccess) return step_result(err, "launching the wgmma kernel");
+  if (splits == 1) return err;
+  return step_result(launch_splitk_reduce(partials, splits, p.M, p.N, ldp, p.C, p.ldc, p.epilogue, stream),
+                     "launching the split-K reduction");
 }
 
 // Explicit instantiation of the launcher for one configuration; each

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "../settings.h"
 #include "epilogue.cuh"
 #include "int_math.h"
 #include "ptx_sm90.cuh"
@@ -228,8 +229,7 @@ struct StreamKPlan {
 template <class Cfg>
 StreamKPlan stream_k_plan(int64_t M, int64_t N, int64_t K, int64_t batch, int64_t clusters) {
   StreamKPlan plan;
-  const char* env = std::getenv("PYGPUKIT_STREAM_K");
-  if (env != nullptr && env[0] == '0' && env[1] == '\0') return plan;
+  if (!stream_k_allowed()) return plan;
   const int64_t works = Cfg::cluster_tiles(M, N) * batch;
   const int64_t tail = works % clusters;
   const int64_t iters = tail * ceil_div(K, Cfg::BK);

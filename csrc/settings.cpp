@@ -1,0 +1,158 @@
+#include "settings.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include "error_format.h"
+
+namespace pygpukit {
+namespace {
+
+// One environment variable as the process first saw it.
+struct Variable {
+  const char* name;
+  std::optional<std::string> value;  // nullopt: unset
+
+  explicit Variable(const char* n) : name(n) {
+    if (const char* v = std::getenv(n)) value = v;
+  }
+
+  // The value; RuntimeError naming `op` if the environment now says
+  // otherwise: a silent change would apply to eager calls but not to CUDA
+  // graphs recorded before it, nor to code compiled before it.
+  const std::optional<std::string>& checked(const char* op) const {
+    const char* now = std::getenv(name);
+    const bool same = now == nullptr ? !value.has_value() : value.has_value() && *value == now;
+    const bool kernel = std::strcmp(name, "PYGPUKIT_KERNEL") == 0;
+    const bool precision = !kernel && std::strcmp(name, "PYGPUKIT_STREAM_K") != 0;
+    TORCH_CHECK(same, op, ": the environment variable ", name, " changed from ", shown(value), " to ",
+                shown(now ? std::optional<std::string>(now) : std::nullopt),
+                " after the first pygpukit call read it; it is read once per process: set it before "
+                "the first call",
+                kernel      ? ", or use pygpukit_torch.force_kernel(...) to change the setting while the process runs"
+                : precision ? ", or use pygpukit_torch.default_precision(...) to change the setting while the "
+                              "process runs"
+                            : "");
+    return value;
+  }
+
+  static std::string shown(const std::optional<std::string>& v) {
+    return v ? "'" + printable(*v) + "'" : std::string("unset");
+  }
+};
+
+enum class Env { kPrecision, kAllowTF32, kKernel, kStreamK };
+
+const Variable& variable(Env which) {
+  static const std::array<Variable, 4> variables = {Variable("PYGPUKIT_PRECISION"), Variable("PYGPUKIT_ALLOW_TF32"),
+                                                    Variable("PYGPUKIT_KERNEL"), Variable("PYGPUKIT_STREAM_K")};
+  return variables[size_t(which)];
+}
+
+// Overrides: -1 for none, else the enumerator's value.
+std::atomic<int> precision_override{-1};
+std::atomic<int> kernel_override{-1};
+
+std::optional<Precision> precision_named(std::string_view name) {
+  if (name == "tf32") return Precision::kTF32;
+  if (name == "tf32x3") return Precision::kTF32x3;
+  if (name == "ieee") return Precision::kIEEE;
+  return std::nullopt;
+}
+
+std::optional<ForcedKernel> kernel_named(std::string_view name) {
+  for (size_t i = 0; i < std::size(kForceableKernels); ++i)
+    if (name == kForceableKernels[i]) return ForcedKernel(int(i));
+  return std::nullopt;
+}
+
+std::string kernel_choices() {
+  std::string s;
+  for (size_t i = 0; i < std::size(kForceableKernels); ++i)
+    s += (i == 0 ? "'" : i + 1 == std::size(kForceableKernels) ? " or '" : ", '") +
+         std::string(kForceableKernels[i]) + "'";
+  return s;
+}
+
+// PYGPUKIT_ALLOW_TF32 = 0 / false / no / off (any case, surrounding
+// whitespace ignored, as a shell or .env file may leave it).
+bool disallows_tf32(const std::optional<std::string>& env) {
+  std::string v = env.value_or("");
+  const auto is_space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+  while (!v.empty() && is_space(v.back())) v.pop_back();
+  v.erase(v.begin(), std::find_if_not(v.begin(), v.end(), is_space));
+  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return v == "0" || v == "false" || v == "no" || v == "off";
+}
+
+void set_precision(std::optional<c10::string_view> precision) {
+  if (!precision) return set_precision_override(std::nullopt);
+  set_precision_override(std::string(precision->data(), precision->size()));
+}
+
+void set_kernel(std::optional<c10::string_view> kernel) {
+  if (!kernel) return set_kernel_override(std::nullopt);
+  set_kernel_override(std::string(kernel->data(), kernel->size()));
+}
+
+}  // namespace
+
+Precision default_precision(const char* op) {
+  if (const int o = precision_override.load(std::memory_order_acquire); o >= 0) return Precision(o);
+  const auto& env = variable(Env::kPrecision).checked(op);
+  const auto& allow = variable(Env::kAllowTF32).checked(op);
+  if (env && !env->empty()) {
+    const auto p = precision_named(*env);
+    TORCH_CHECK_VALUE(p.has_value(), op,
+                      ": the environment variable PYGPUKIT_PRECISION must be 'tf32', 'tf32x3' "
+                      "or 'ieee', got '", printable(*env), "'");
+    return *p;
+  }
+  return disallows_tf32(allow) ? Precision::kIEEE : Precision::kTF32;
+}
+
+ForcedKernel forced_kernel(const char* op) {
+  variable(Env::kStreamK).checked(op);  // read below the argument checks: checked here, once per GPU call
+  if (const int o = kernel_override.load(std::memory_order_acquire); o >= 0) return ForcedKernel(o);
+  const auto& env = variable(Env::kKernel).checked(op);
+  if (!env || env->empty()) return ForcedKernel::kAuto;
+  const auto k = kernel_named(*env);
+  TORCH_CHECK_VALUE(k.has_value(), op, ": the environment variable PYGPUKIT_KERNEL must be ",
+                    kernel_choices(), ", got '", printable(*env), "'");
+  return *k;
+}
+
+bool stream_k_allowed() { return variable(Env::kStreamK).value != "0"; }
+
+void set_precision_override(const std::optional<std::string>& precision) {
+  if (!precision) return precision_override.store(-1, std::memory_order_release);
+  const auto p = precision_named(*precision);
+  TORCH_CHECK_VALUE(p.has_value(), "default_precision: unknown precision '", printable(*precision),
+                    "'; expected 'tf32', 'tf32x3' or 'ieee'");
+  precision_override.store(int(*p), std::memory_order_release);
+}
+
+void set_kernel_override(const std::optional<std::string>& kernel) {
+  if (!kernel) return kernel_override.store(-1, std::memory_order_release);
+  const auto k = kernel_named(*kernel);
+  TORCH_CHECK_VALUE(k.has_value(), "force_kernel: unknown kernel '", printable(*kernel), "'; expected ",
+                    kernel_choices());
+  kernel_override.store(int(*k), std::memory_order_release);
+}
+
+// For pygpukit_torch's with blocks (precision.py, dispatch.py), which keep
+// the stack of open blocks and set what the innermost one says.
+TORCH_LIBRARY_FRAGMENT(pygpukit, m) {
+  m.def("_set_default_precision(str? precision) -> ()", &set_precision);
+  m.def("_set_forced_kernel(str? kernel) -> ()", &set_kernel);
+}
+
+}  // namespace pygpukit

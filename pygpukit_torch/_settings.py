@@ -1,0 +1,141 @@
+"""The with blocks that change a setting of the operators (default_precision,
+force_kernel): process-wide state in the C++ library, and a marker on the
+entering thread's torch-function mode stack so that torch.compile guards on
+it (a change recompiles rather than replaying code, or a CUDA graph,
+recorded under another setting)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Callable, Dict, Iterator, List, Optional, Tuple, Type
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+_AROUND_THE_CALL = "enter the block around the call of the compiled or traced function"
+
+# The blocks still open, per setting, in the order they were entered: blocks
+# in several threads may close in any order, and the innermost still open
+# is the one in force.
+_lock = threading.Lock()
+_open: Dict[str, List[Tuple[object, str]]] = {}
+
+
+def _setter(setting: str) -> Callable[[Optional[str]], None]:
+    return {"precision": torch.ops.pygpukit._set_default_precision,
+            "kernel": torch.ops.pygpukit._set_forced_kernel}[setting]
+
+
+def _ops_taking_precision() -> Tuple[object, ...]:
+    ops = torch.ops.pygpukit
+    packets = (ops.matmul_tf32, ops.linear_tf32, ops.matmul_kernel_info)
+    return packets + tuple(p.default for p in packets)
+
+
+# A torch-function mode may see either the packet or its overload.
+_PRECISION_OPS = _ops_taking_precision()
+
+
+class _SettingMode(TorchFunctionMode):
+    """On the torch-function mode stack while a block is open in this thread.
+
+    Dynamo guards on the stack's modes, so a compiled function called inside
+    a block of another setting than it was compiled under recompiles (its
+    CUDA graphs, under mode="reduce-overhead", are recorded anew), and calls
+    it outside again reuse the code compiled outside. Each (setting, value)
+    is its own subclass (see _mode_type), so the guard tells values apart.
+    A precision block also writes its precision into the pygpukit calls
+    made in this thread without one, so that a traced graph holds it."""
+
+    setting: str = ""
+    value: str = ""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.setting == "precision" and kwargs.get("precision") is None and any(func is op for op in _PRECISION_OPS):
+            kwargs = {**kwargs, "precision": self.value}
+        return func(*args, **kwargs)
+
+
+_mode_types: Dict[Tuple[str, str], Type[_SettingMode]] = {}
+
+
+def _mode_type(setting: str, value: str) -> Type[_SettingMode]:
+    with _lock:
+        key = (setting, value)
+        if key not in _mode_types:
+            name = f"_{setting.capitalize()}Is_{value}"
+            _mode_types[key] = type(name, (_SettingMode,), {"setting": setting, "value": value})
+        return _mode_types[key]
+
+
+def _tracer() -> Optional[str]:
+    """Which tracer other than Dynamo records a graph of this Python code
+    right now, or None."""
+    if torch.jit.is_tracing():
+        return "a function traced by torch.jit.trace"
+    from torch.fx import _symbolic_trace
+    from torch.fx.experimental import proxy_tensor
+    # These helpers are internal to torch.fx; where one is missing, that
+    # tracer goes undetected rather than failing here. Newer torch logs a
+    # deprecation warning from is_fx_tracing and offers
+    # is_fx_symbolic_tracing instead.
+    get_proxy_mode = getattr(proxy_tensor, "get_proxy_mode", None)
+    if get_proxy_mode is not None and get_proxy_mode() is not None:
+        return "a function traced by make_fx or torch.export"
+    is_fx_tracing = (getattr(_symbolic_trace, "is_fx_symbolic_tracing", None)
+                     or getattr(_symbolic_trace, "is_fx_tracing", None))
+    if is_fx_tracing is not None and is_fx_tracing():
+        return "a function traced by torch.fx.symbolic_trace"
+    return None
+
+
+@contextlib.contextmanager
+def setting_block(setting: str, value: str, *, caller: str, advice: str = _AROUND_THE_CALL) -> Iterator[None]:
+    """Sets `setting` ("precision" or "kernel") to `value` inside the block.
+
+    The setting is process-wide: while the block is the innermost open one
+    it applies to calls in every thread. On exit (exceptions included) the
+    setting returns to the innermost block still open, or, when none is,
+    to the environment's value: blocks that overlap in several threads and
+    close out of order leave no setting behind.
+
+    Raises RuntimeError, naming `caller` and ending with `advice`, when
+    entered while a tracer records a graph (torch.compile, torch.export,
+    make_fx, torch.fx.symbolic_trace, torch.jit.trace): the graph would
+    not keep the setting."""
+    # Dynamo's check stays here rather than in _tracer: from inside that
+    # helper, a torch.compile'd function without fullgraph raised this error
+    # instead of running the block eagerly after the graph break. The message
+    # names both users of Dynamo: which one traces cannot be told reliably
+    # from traced code (torch 2.11's Dynamo folds torch.compiler.is_exporting()
+    # to True under plain torch.compile as well).
+    what = {"precision": "the default precision", "kernel": "the forced kernel"}[setting]
+    if torch.compiler.is_compiling():
+        raise RuntimeError(f"{caller}: cannot be used inside a function compiled by torch.compile or traced by "
+                           f"torch.export (it changes {what} of the whole process, which compiled code cannot); "
+                           f"{advice}")
+    tracer = _tracer()
+    if tracer is not None:
+        raise RuntimeError(f"{caller}: cannot be used inside {tracer} (it changes {what} of the whole process, "
+                           f"which the traced graph does not keep); {advice}")
+    block = (object(), value)  # equal to no other block: tuples compare their objects by identity
+    with _lock:
+        blocks = _open.setdefault(setting, [])
+        _setter(setting)(value)
+        blocks.append(block)
+    try:
+        with _mode_type(setting, value)():
+            yield
+    finally:
+        with _lock:
+            blocks.remove(block)
+            _setter(setting)(blocks[-1][1] if blocks else None)
+
+
+def innermost(setting: str) -> Optional[str]:
+    """The value of the innermost open block of `setting`, or None."""
+    with _lock:
+        blocks = _open.get(setting)
+        return blocks[-1][1] if blocks else None
