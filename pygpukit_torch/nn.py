@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -320,7 +321,7 @@ def _parent_reason(parent: Optional[nn.Module], table: Dict[type, str]) -> Optio
 def _unswappable_reason(module: nn.Linear, swap_subclasses: bool) -> Optional[str]:
     """Why swap_linear_ leaves `module` alone, or None: what from_linear
     refuses (_unwrappable_reason), and an nn.Linear subclass (unless
-    swap_subclasses), a TF32Linear already, or parameters on the meta device."""
+    swap_subclasses) or a TF32Linear already."""
     if isinstance(module, TF32Linear):
         return "already a TF32Linear"
     lazy = isinstance(module.weight, nn.parameter.UninitializedParameter)
@@ -328,10 +329,7 @@ def _unswappable_reason(module: nn.Linear, swap_subclasses: bool) -> Optional[st
             and not nn.utils.parametrize.is_parametrized(module)):
         return (f"subclass {type(module).__name__} of nn.Linear: its forward may differ "
                 "(swap_subclasses=True swaps it anyway)")
-    reason = _unwrappable_reason(module)
-    if reason is None and module.weight.device.type == "meta":
-        return "parameters on the meta device (load real weights first)"
-    return reason
+    return _unwrappable_reason(module)
 
 
 def _unwrappable_reason(module: nn.Linear) -> Optional[str]:
@@ -443,12 +441,20 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
       a subclass of nn.Linear (unless ``swap_subclasses``), extra
       parameters/buffers, a weight or bias that is not a Parameter (e.g. a
       bias registered as a buffer) or module hooks (e.g. ``weight_norm``),
-      meta-device or non-float32 parameters;
+      non-float32 parameters;
     * it would never run: a Linear that its parent module uses without
       calling it (``nn.MultiheadAttention``'s ``out_proj``);
     * ``filter_fn(module, fqn)`` is false;
     * ``policy(module, fqn)`` returns a reason (``policy=None`` swaps every
-      layer that passes the checks above).
+      layer that passes the checks above). The default policy skips layers
+      of fewer than ``MIN_SWAP_WEIGHT_ELEMENTS`` = 16384 weights (128 x 128).
+
+    Layers left alone for a reason of the first two kinds (or inside a
+    TorchScript module) raise one ``UserWarning`` naming how many and why:
+    those products keep running on torch. Layers on the meta device (a model
+    built under ``with torch.device("meta"):``) are swapped like others;
+    ``model.to_empty(device=...)`` then ``load_state_dict(...)`` gives them
+    their weights.
 
     Swapped layers that their parent module sometimes bypasses
     (``nn.TransformerEncoderLayer``'s fused fast path in eval mode without
@@ -499,6 +505,7 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
     _check_callable("swap_linear_", "policy", policy, "Optional[str]")
     _check_options("none", precision, caller="swap_linear_")
     report = SwapReport()
+    unexpected: Dict[str, List[str]] = {}  # reason -> fqns, for skips the caller did not choose
     replacements: Dict[Tuple[int, str], nn.Module] = {}
     visited = set()
     undo: List[Tuple[nn.Module, str, nn.Module]] = []  # (parent, name, module it held), in order
@@ -517,15 +524,19 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
         reason = _parent_reason(parent, _NEVER_CALLED_BY)
         if reason is None:
             reason = _unswappable_reason(module, swap_subclasses)
+        chosen = False  # skipped by the caller's filter_fn or policy
         if reason is None and filter_fn is not None and not _filter_keeps(filter_fn, module, fqn, "swap_linear_"):
-            reason = "excluded by filter_fn"
+            reason, chosen = "excluded by filter_fn", True
         if reason is None and policy is not None:
+            chosen = True
             reason = policy(module, fqn)
             if reason is not None and not (isinstance(reason, str) and reason):
                 raise TypeError(f"swap_linear_: policy must return None (swap) or a non-empty reason string "
                                 f"(skip); it returned {reason!r} for {fqn or 'the model'!r}")
         if reason is not None:
             report.skipped.append((fqn, reason))
+            if not chosen and not isinstance(module, TF32Linear):
+                unexpected.setdefault(reason, []).append(fqn)
             return module
         bypass = _parent_reason(parent, _SOMETIMES_BYPASSED_BY)
         if bypass is not None:
@@ -557,9 +568,12 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
         for name, next_name in zip(names, names[1:] + [None]):
             child, child_fqn = module._modules[name], f"{fqn}.{name}" if fqn else name
             if isinstance(child, torch.jit.ScriptModule):
-                report.skipped += [(f"{child_fqn}.{sub_fqn}" if sub_fqn else child_fqn, _SCRIPTED)
-                                   for sub_fqn, sub in child.named_modules()
-                                   if getattr(sub, "original_name", None) == "Linear"]
+                scripted = [f"{child_fqn}.{sub_fqn}" if sub_fqn else child_fqn
+                            for sub_fqn, sub in child.named_modules()
+                            if getattr(sub, "original_name", None) == "Linear"]
+                report.skipped += [(name, _SCRIPTED) for name in scripted]
+                if scripted:
+                    unexpected.setdefault(_SCRIPTED, []).extend(scripted)
                 continue
             if not isinstance(child, nn.Linear):
                 new = convert(child, child_fqn)
@@ -594,6 +608,13 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
                 parent._modules[name] = old
             raise
     log.info("pygpukit swap_linear_: %s", report.summary())
+    if unexpected:
+        count = sum(len(names) for names in unexpected.values())
+        warnings.warn(f"swap_linear_: {count} Linear layer{'s' if count > 1 else ''} left unswapped, running on "
+                      f"torch instead: " + "; ".join(
+                          f"{len(names)} for {reason} ({', '.join(map(repr, names[:3]))}"
+                          f"{', ...' if len(names) > 3 else ''})" for reason, names in unexpected.items()),
+                      stacklevel=2)
     if report.bypassable:
         log.warning("pygpukit swap_linear_: swapped layers that their parent module may bypass (those calls do "
                     "not run on pygpukit): %s", "; ".join(f"{fqn}: {why}" for fqn, why in report.bypassable))

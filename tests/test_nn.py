@@ -7,6 +7,7 @@ import enum
 import gc
 import io
 import math
+import warnings
 import weakref
 
 import pytest
@@ -14,10 +15,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parametrize, prune
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from pygpukit_torch import TF32Linear, linear_tf32, swap_linear_, swapped_linear, unswap_linear_
 from pygpukit_torch.nn import MIN_SWAP_WEIGHT_ELEMENTS, default_policy
-from pygpukit_torch.testing import LlamaBlock
+from pygpukit_torch.testing import LlamaBlock, assert_model_close
 from conftest import DEVICES, HAS_CUDA, rel_error
 
 # ‖out − ref‖/‖ref‖ of a swapped model against its float64 self, for the
@@ -111,7 +113,6 @@ def test_default_policy_skips_small_layers():
 def test_each_skip_reason():
     model = nn.ModuleDict({
         "lazy": nn.LazyLinear(4),
-        "meta": nn.Linear(4, 4, device="meta"),
         "float64": nn.Linear(4, 4).double(),
         "half_bias": nn.Linear(4, 4),
         "subclass": nn.modules.linear.NonDynamicallyQuantizableLinear(4, 4),
@@ -133,10 +134,13 @@ def test_each_skip_reason():
     model["state_dict_hooked"].register_load_state_dict_post_hook(lambda m, keys: None)
     plain_forward = model["instance_forward"].forward
     model["instance_forward"].forward = lambda x: plain_forward(x) + 1  # as accelerate's add_hook_to_module does
-    swap_linear_(model, filter_fn=lambda m, fqn: fqn != "filtered")
+    with pytest.warns(UserWarning, match="swap_linear_: 10 Linear layers left unswapped") as record:
+        swap_linear_(model, filter_fn=lambda m, fqn: fqn != "filtered")
+    message = str(record[0].message)
+    assert "'lazy'" in message and "'filtered'" not in message and "'small'" not in message and "'already'" not in message
     reasons = dict(model.pygpukit_swap_report.skipped)
     assert model.pygpukit_swap_report.swapped == []
-    expected = {"lazy": "not materialized", "meta": "meta device", "float64": "torch.float64, not float32",
+    expected = {"lazy": "not materialized", "float64": "torch.float64, not float32",
                 "half_bias": "torch.float16", "subclass": "swap_subclasses=True", "weight_norm": "weight_g",
                 "hooked": "hooks", "state_dict_hooked": "hooks",
                 "parametrized": "a parametrization of weight", "filtered": "excluded by filter_fn", "small": "small layer",
@@ -146,6 +150,53 @@ def test_each_skip_reason():
     for fqn, words in expected.items():
         assert words in reasons[fqn], (fqn, reasons[fqn])
         assert type(model[fqn]) is not TF32Linear or fqn == "already"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_half_precision_model_warns(dtype):
+    model = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256)).to(dtype)
+    with pytest.warns(UserWarning, match=rf"2 Linear layers left unswapped, running on torch instead: 2 for "
+                                         rf"parameters of dtype {dtype}, not float32 \('0', '2'\)"):
+        swap_linear_(model)
+    assert not any(isinstance(m, TF32Linear) for m in model.modules())
+
+
+def test_the_callers_own_filter_and_policy_do_not_warn():
+    model = nn.Sequential(nn.Linear(256, 256), nn.Linear(4, 4), nn.Linear(256, 256))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        swap_linear_(model, filter_fn=lambda m, fqn: fqn != "2")
+    assert [type(m) for m in model] == [TF32Linear, nn.Linear, nn.Linear]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_model_built_on_the_meta_device_is_swapped_then_loaded(device):
+    """As large checkpoints and FSDP2 initialisation do: build on meta,
+    swap, materialise with to_empty, load the weights; the layers then run
+    on the op and match the unswapped model."""
+    torch.manual_seed(0)
+    reference = nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 256)).to(device)
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 256))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        swap_linear_(model, activation_fusion=True)
+    assert [type(m) for m in model] == [TF32Linear, nn.Identity, TF32Linear] and model[0].weight.is_meta
+    model.to_empty(device=device)
+    model.load_state_dict(reference.state_dict())
+    assert model[0].weight.device.type == device and model[0].activation == "gelu"
+    x = torch.randn(16, 256, device=device)
+    assert_model_close(model, reference, x)
+    calls = []
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            calls.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        model(x)
+    assert calls.count("pygpukit.linear_tf32.default") == 2, calls
 
 
 def test_multihead_attention_out_proj_is_never_swapped():
