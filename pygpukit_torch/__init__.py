@@ -15,6 +15,7 @@ from .dispatch import force_kernel
 from .nn import SwapReport, TF32Linear, swap_linear_, swapped_linear, unswap_linear_
 from .ops import kernel_info, linear_tf32, matmul_tf32
 from .precision import default_precision
+from .scope import ScopeStats, enable
 
 if torch.distributed.is_available():
     # DTensor sharding rules, so that tensor parallelism runs our kernel on
@@ -30,6 +31,6 @@ except AttributeError:  # an extension built from older sources than this Python
                       "rebuild it (pip install --no-build-isolation -e . or python setup.py build_ext "
                       "--inplace)") from None
 
-__all__ = ["matmul_tf32", "linear_tf32", "kernel_info", "force_kernel", "default_precision", "TF32Linear", "swap_linear_",
+__all__ = ["matmul_tf32", "linear_tf32", "kernel_info", "force_kernel", "default_precision", "enable", "ScopeStats", "TF32Linear", "swap_linear_",
            "unswap_linear_", "swapped_linear", "SwapReport", "built_with_cuda"]
 __version__ = "0.1.0"

@@ -167,6 +167,19 @@ def skip_unless_config_fits(info: str, expected: str, kernel: str) -> None:
         pytest.skip(f"{kernel} does not fit this GPU's {optin // 1024} KB of shared memory per block")
 
 
+class DispatchCounter(TorchDispatchMode):
+    """Records the name of every operator dispatched inside the block
+    (e.g. "pygpukit.linear_tf32.default") in `ops`."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
 def poison_next_output(shape, device) -> None:
     """Fill with NaN the block the caching allocator hands out next for a
     float32 tensor of `shape`, so that unwritten output elements show up."""

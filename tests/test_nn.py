@@ -15,12 +15,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parametrize, prune
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from pygpukit_torch import TF32Linear, linear_tf32, swap_linear_, swapped_linear, unswap_linear_
 from pygpukit_torch.nn import MIN_SWAP_WEIGHT_ELEMENTS, default_policy
 from pygpukit_torch.testing import LlamaBlock, assert_model_close
-from conftest import DEVICES, HAS_CUDA, rel_error
+from conftest import DEVICES, HAS_CUDA, DispatchCounter, rel_error
 
 # ‖out − ref‖/‖ref‖ of a swapped model against its float64 self, for the
 # seeded models and inputs below (inputs drawn on the CPU, so both devices
@@ -187,16 +186,9 @@ def test_a_model_built_on_the_meta_device_is_swapped_then_loaded(device):
     assert model[0].weight.device.type == device and model[0].activation == "gelu"
     x = torch.randn(16, 256, device=device)
     assert_model_close(model, reference, x)
-    calls = []
-
-    class Count(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            calls.append(str(func))
-            return func(*args, **(kwargs or {}))
-
-    with Count():
+    with DispatchCounter() as count:
         model(x)
-    assert calls.count("pygpukit.linear_tf32.default") == 2, calls
+    assert count.ops.count("pygpukit.linear_tf32.default") == 2, count.ops
 
 
 def test_multihead_attention_out_proj_is_never_swapped():
@@ -216,17 +208,6 @@ def test_transformer_encoder_layer_fast_path_is_reported(caplog):
     the op in training, but its fused inference fast path reads their
     weights directly: the report lists them as bypassable and a warning
     says so."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class OpNames(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.names = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.names.append(str(func))
-            return func(*args, **(kwargs or {}))
-
     model = nn.TransformerEncoderLayer(256, 4, 512, batch_first=True, dropout=0.0)
     with caplog.at_level("WARNING", logger="pygpukit_torch.nn"):
         swap_linear_(model)
@@ -234,9 +215,9 @@ def test_transformer_encoder_layer_fast_path_is_reported(caplog):
     assert sorted(report.swapped) == ["linear1", "linear2"]
     assert sorted(fqn for fqn, _ in report.bypassable) == ["linear1", "linear2"]
     assert "fast path" in caplog.text and "bypassed" in report.summary()
-    with OpNames() as ops:
+    with DispatchCounter() as ops:
         model(torch.randn(2, 5, 256)).sum().backward()
-    assert sum("pygpukit.linear_tf32" in name for name in ops.names) >= 2, ops.names
+    assert sum("pygpukit.linear_tf32" in name for name in ops.ops) >= 2, ops.ops
 
 
 @pytest.mark.parametrize("answer", [False, True, "", 0])

@@ -1,0 +1,110 @@
+"""pygpukit_torch.enable: the scope that routes float32 products to the ops."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pygpukit_torch
+from pygpukit_torch.testing import LlamaBlock, assert_matmul_close, rel_error
+from conftest import DEVICES, DispatchCounter
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_routes_each_kind_of_product(device):
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(3, 40, 64, generator=g).to(device), torch.randn(3, 64, 24, generator=g).to(device)
+    m, bias = torch.randn(40, 24, generator=g).to(device), torch.randn(24, generator=g).to(device)
+    w = torch.randn(24, 64, generator=g).to(device)
+    calls = {
+        "matmul": (lambda: torch.matmul(a, b), lambda: a.double() @ b.double()),
+        "@": (lambda: a @ b, lambda: a.double() @ b.double()),
+        "mm": (lambda: torch.mm(a[0], b[0]), lambda: a[0].double() @ b[0].double()),
+        "Tensor.mm": (lambda: a[0].mm(b[0]), lambda: a[0].double() @ b[0].double()),
+        "bmm": (lambda: torch.bmm(a, b), lambda: a.double() @ b.double()),
+        "addmm": (lambda: torch.addmm(m, a[0], b[0], beta=0.5, alpha=2.0),
+                  lambda: 0.5 * m.double() + 2.0 * (a[0].double() @ b[0].double())),
+        "baddbmm": (lambda: torch.baddbmm(m, a, b), lambda: m.double() + a.double() @ b.double()),
+        "linear": (lambda: F.linear(a, w, bias), lambda: F.linear(a.double(), w.double(), bias.double())),
+    }
+    for name, (call, reference) in calls.items():
+        with pygpukit_torch.enable(devices=(device,)) as stats:
+            out = call()
+        assert stats.taken == 1 and not stats.passed, (name, stats)
+        assert out.dtype == torch.float32 and 1e-5 < rel_error(out, reference()) < 2e-3, name  # TF32, not FP32
+    with pygpukit_torch.enable("ieee", devices=(device,)):
+        assert rel_error(a @ b, a.double() @ b.double()) < 1e-6
+    assert_matmul_close(a @ b, a, b, precision="ieee")  # outside: torch's own FP32 again (TF32 off by default)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_leaves_what_it_cannot_take_to_torch(device):
+    a, b = torch.randn(8, 16, device=device), torch.randn(16, 4, device=device)
+    with pygpukit_torch.enable(devices=(device,)) as stats:
+        assert torch.equal(a.double() @ b.double(), torch.matmul(a.double(), b.double()))
+        out = torch.empty(8, 4, device=device)
+        torch.mm(a, b, out=out)
+        torch.matmul(a[0], b[:, 0])  # 1-D operands: matmul_tf32 takes them too
+        F.linear(a, torch.randn(16, device=device))  # a 1-D weight
+        with pytest.raises(RuntimeError):
+            torch.bmm(a, b)  # torch's own error for 2-D operands
+    assert stats.taken == 1
+    assert stats.passed == {"torch.float64 operands": 2, "out= given": 1,
+                            "F.linear with a weight that is not 2-D or a bias that is not 1-D": 1,
+                            "bmm operands that are not 3-D": 1}, stats.passed
+    other = "cpu" if device != "cpu" else "meta"
+    with pygpukit_torch.enable(devices=(device,)) as stats:
+        torch.randn(4, 4, device=other) @ torch.randn(4, 4, device=other)
+    assert stats.passed == {f"operands on {other}": 1}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_whole_block_runs_on_the_ops_with_gradients(device):
+    """Every product of a Llama-shaped block outside attention's kernel (the
+    seven projections) runs on the ops; gradients flow."""
+    torch.manual_seed(0)
+    block = LlamaBlock(dim=64, heads=4, kv_heads=2, hidden=128).to(device)
+    x = torch.randn(2, 8, 64, device=device, requires_grad=True)
+    reference = block.double()(x.double())
+    block.float()
+    with DispatchCounter() as count, pygpukit_torch.enable(devices=(device,)) as stats:
+        out = block(x)
+    assert stats.taken == 7 and count.ops.count("pygpukit.linear_tf32.default") == 7, (stats, count.ops)
+    assert rel_error(out, reference) < 5e-3
+    out.sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+def test_nests_restores_and_refuses_inside_compiled_code():
+    a, b = torch.randn(8, 8), torch.randn(8, 8)
+    with pygpukit_torch.enable(devices=("cpu",)) as outer:
+        with pygpukit_torch.enable("ieee", devices=("cpu",)) as inner:
+            a @ b
+        a @ b
+    a @ b
+    assert (outer.taken, inner.taken) == (1, 1)
+
+    def f(x, y):
+        with pygpukit_torch.enable(devices=("cpu",)):
+            return x @ y
+
+    with pytest.raises(Exception, match="cannot be entered inside a function compiled by torch.compile"):
+        torch.compile(f, backend="eager", fullgraph=True)(a, b)
+
+
+def test_compiled_code_called_inside_holds_the_ops():
+    torch._dynamo.reset()
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    a, b, w = torch.randn(16, 32), torch.randn(32, 8), torch.randn(8, 32)
+    compiled = torch.compile(lambda x, y, z: F.linear(x @ y @ z, z), backend=backend, fullgraph=True)
+    plain = compiled(a, b, w)
+    with pygpukit_torch.enable(devices=("cpu",)):
+        routed = compiled(a, b, w)
+    targets = [str(n.target) for n in graphs[-1].graph.nodes if n.op == "call_function"]
+    assert sum("pygpukit" in t for t in targets) == 3, targets
+    assert not any("pygpukit" in str(n.target) for n in graphs[0].graph.nodes)
+    assert rel_error(routed, plain) < 2e-3 and not torch.equal(routed, plain)
