@@ -39,7 +39,7 @@ def time_interleaved(variants, sets, label, sub_label, min_run_time=1.0, rounds=
     a block of about min_run_time / rounds seconds, and each Measurement
     holds its variant's blocks (median over them). Timed one after the other instead, whichever variant ran while the
     GPU was hotter lost: the H200's clock drops under sustained load, and
-    session 7's sequential runs put ours at 0.94-0.97x cuBLAS at 8192^3 and
+    sequential runs on 2026-12-01 put ours at 0.94-0.97x cuBLAS at 8192^3 and
     16384^3 where turns gave 1.00-1.03x.
     """
     timers, numbers = {}, {}

@@ -5,15 +5,15 @@
 # ...) so that clock drift and the machine hit both alike.
 #
 #   benchmarks/ab_builds.sh prepare REV
-#       on the development machine: exports REV into .devcache/ab_base
-#       (ignored by git; `carry` .devcache to the GPU machine)
+#       on the development machine: exports REV into .ab_base (ignored
+#       by git; copy it to the GPU machine with the working tree)
 #   benchmarks/ab_builds.sh run ROUNDS [ab_forced.py options, e.g. --case ...]
 #       on the GPU machine: builds both (TORCH_CUDA_ARCH_LIST, default
 #       9.0a), then ROUNDS alternations; lines sorted by case at the end,
 #       also written to $OUT/ab.log when OUT is set.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-base="$root/.devcache/ab_base"
+base="$root/.ab_base"
 case "${1:-}" in
   prepare)
     rm -rf "$base" && mkdir -p "$base"

@@ -217,13 +217,13 @@ def _around_same_parameters(cls, linear: nn.Linear, **attributes) -> nn.Linear:
 # ---- policy: which layers are worth swapping ----------------------------------------------------
 
 # Layers with fewer weights (in_features * out_features) than this stay on
-# torch. What the H200 measured (benchmarks/RESULTS.md, sessions 2-6):
+# torch. What the H200 measured (benchmarks/RESULTS.md, 2026-11-30 to 2026-12-01):
 # against torch in FP32, PyTorch's default, swapped layers win from M = 16
 # tokens up (4096-14336 wide: 2.2-6.8x), and so does the MiniLM demo's whole
 # model (384-1536 wide layers, 4.84 -> 4.02 ms per batch); against torch with
 # TF32 enabled a 4096 -> 4096 layer with fused GELU runs at 1.32x at M = 1,
 # 1.08x at M = 128 and 1.09x at M = 8192, a Llama-3-8B block at 1.08-1.43x
-# at 1 token and 0.99-1.09x at 128 (session 6). Below 128 x 128 nothing was measured, and launch overhead
+# at 1 token and 0.99-1.09x at 128 (2026-12-01). Below 128 x 128 nothing was measured, and launch overhead
 # (tensor maps, split-K's second pass) dominates; the threshold is that
 # judgement, not a measured crossover. The policy sees only the layer, not the
 # number of tokens it will get.

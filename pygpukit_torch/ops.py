@@ -67,7 +67,7 @@ def _checked_on_failure(call, check):
     """call(), the operator. Dense tensors of the right kind pass its schema
     and dispatcher unaided, so check() (the tensor checks of
     _check_wrapper_args: run on every call, the wrapper cost 3.3 us on the
-    H200's host on top of the operator's 12.5 us, session 22) runs only
+    H200's host on top of the operator's 12.5 us, 2026-12-02) runs only
     when the call fails, to raise the error that names the problem instead
     of the dispatcher's; if it finds none, the call's own error is raised.
     Under torch.compile it runs first instead, at trace time only (Dynamo

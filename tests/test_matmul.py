@@ -262,7 +262,7 @@ DETERMINISM_CASES = {
 @requires_cuda
 @pytest.mark.parametrize("case", list(DETERMINISM_CASES))
 def test_deterministic_over_500_calls(case):
-    """Bitwise the same result over 500 calls (issue 5's determinism check)
+    """Bitwise the same result over 500 calls (the determinism target)
     on the paths that add partial products, each asserted to be taken."""
     x_shape, w_shape, transposed, precision, kernel, expect = DETERMINISM_CASES[case]
     if kernel is None and precision != "ieee" and not kernel_runs_here("wgmma"):

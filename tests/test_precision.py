@@ -86,7 +86,7 @@ def test_tf32x3_at_most_cublas_fp32_error(kernel, m, n, k):
     with cublas_tf32(False):
         fp32 = rel_error(torch.matmul(a, b), ref)
     if "promoted" not in pygpukit_torch.kernel_info(a, b, precision="tf32x3") and ours > fp32:
-        pytest.xfail(f"known gap (issue 5): this path does not promote its accumulators; "
+        pytest.xfail(f"known gap: this path does not promote its accumulators; "
                      f"3xTF32 error {ours:.2e} > cuBLAS FP32 {fp32:.2e}")
     assert ours <= fp32, (ours, fp32)
 
@@ -152,8 +152,8 @@ def test_tf32x3_weight_split_in_registers(m, n, k, layout):
 @pytest.mark.parametrize("m", [1, 17, 100])
 def test_tf32x3_weight_split_any_x(m, x_kind, layout):
     """x is packed per call, so the weight-splitting kernel takes x in
-    either layout and at any alignment: a column-major x (x^T stored; until
-    session 13 sent to the staged path) and a view one float into its rows.
+    either layout and at any alignment: a column-major x (x^T stored; sent
+    to the staged path until 2026-12-01) and a view one float into its rows.
     K = 4099 ends in a part-filled k-tile."""
     k, n = 4099, 700
     if x_kind == "column-major":

@@ -222,7 +222,7 @@ bool square_tiles_finish_sooner(const GemmProblem& p, const DeviceInfo& d) {
 // Whether a kSwapAB configuration can run `p` in place: TF32, A and B
 // row-major (a plain `a @ b`) and both TMA-addressable. Where it can, it
 // replaces the pack of B: WgmmaLargeSwapAB for M > 128 (H200, interleaved
-// timing, session 7, time with the pack / time in place: 4096^3 1.13,
+// timing, 2026-12-01, time with the pack / time in place: 4096^3 1.13,
 // 8192^3 1.04, 8192x14336x4096 1.04, 8192x4096x14336 1.04, 16384^3 1.02,
 // 2048^3 1.16; relative error equal to the pack's, ratio 1.000 at 4096^3 to
 // 8192^3), WgmmaMediumSwapAB for decode-sized M, where the pack reads and
@@ -351,7 +351,7 @@ int fewest_slices(int64_t warps, int64_t wanted, int max_slices) {
 // warps per SM (8-warp CTAs of 52-58 registers, 4 of which fit an SM). H200,
 // graph-timed at M = 1, K = 4096, 1 / 2 / 4 / 8 slices: N = 4096 18.1 /
 // 21.3 / 23.7 / 23.7 us; N = 2048 12.0 / 11.4 / 12.8 / 14.1; N = 1024 10.0 /
-// 8.6 / 7.3 / 8.1; N = 512 9.4 / 7.6 / 5.7 / 4.9 (session 6). Within a row,
+// 8.6 / 7.3 / 8.1; N = 512 9.4 / 7.6 / 5.7 / 4.9 (2026-12-01). Within a row,
 // more slices mean shorter streams, and at N >= 4096 one warp per row wins.
 constexpr int64_t kGemvWarpsPerSm = 30;
 Choice gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
@@ -403,32 +403,32 @@ Choice few_rows_gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
 }
 
 // Up to which M the automatic choice takes the few-rows GEMVs: where they
-// beat what serves these rows otherwise. H200, session 10
+// beat what serves these rows otherwise. H200, 2026-12-01
 // (bench_gemv_rows.py, final run, median us, weights N x K 4096x4096 /
 // 14336x4096 / 4096x14336, GEMV vs the kernel it replaces):
 // - row-major, 3xTF32 (W's parts packed per call; promoted wgmma forced):
 //   22.0-58.3 vs 141-458 at M = 2, 40.1-123.9 vs 141-454 at M = 16;
 // - row-major, TF32 (SwapAB wgmma): 1.01-1.21x faster at M = 2 to 8,
-//   0.52-0.69x at M = 16; session 14, against the 64-row SwapAB tile:
+//   0.52-0.69x at M = 16; 2026-12-01, against the 64-row SwapAB tile:
 //   1.09-1.17x at M = 4, 1.08-1.13x at 8, 0.54-0.69x at 16;
 // - K-major, 3xTF32 (skinny, split in registers): 1.9-2.8x faster at M =
-//   2 to 8, 0.72-0.89x at M = 16; session 11, after the skinny kernel's
+//   2 to 8, 0.72-0.89x at M = 16; 2026-12-01, after the skinny kernel's
 //   split got cheaper (skinny_gemm.cu, mma_block): 1.5-1.65x at M = 2 and 4,
 //   1.16-1.34x at 8, 0.45-0.56x at 16, so the limit stays;
 // - K-major, TF32 (skinny): 1.07-1.13x at M = 2 and 4, 0.79-0.92x at M = 8;
 // - either layout, FP32 ("ieee"): the FMA kernel took 498-1931 us, up to 31x
-//   the GEMVs, 2.7x at the least (M = 16). Session 27's FMA kernel
+//   the GEMVs, 2.7x at the least (M = 16). The FMA kernel of 2026-12-03
 //   (register-blocked, split-K) against the GEMVs, same weights: K-major,
 //   M = 16, 1.43-1.81x the GEMV's time; row-major 2.29-2.91x at 16 rows,
 //   1.16-1.46x at 32, 0.78-1.01x at 48, 0.60-0.76x at 64. So FP32 on a
 //   row-major weight takes the GEMV up to 32 rows (kFp32RowMajorGemvMaxM).
 // Above 16 rows the row-major GEMV runs blocks of 16, one pass over W each
-// (session 11, same weights, GEMV vs the staged 3xTF32 path / the FMA
+// (2026-12-01, same weights, GEMV vs the staged 3xTF32 path / the FMA
 // kernel): 32 rows 79-248 vs 140-450 / 532-1970 us, 48 rows 119-370 vs
 // 141-450 / 541-1988, 64 rows 159-494 vs 142-454 / 547-2009. So 3xTF32
 // takes it up to 48 rows (1.19-1.33x there), FP32 up to 64 (1.4-6.7x;
-// 32 since session 27's FMA kernel, above).
-// Session 12: where the Hopper kernel that splits W in registers runs
+// 32 since the FMA kernel of 2026-12-03, above).
+// Where the Hopper kernel that splits W in registers runs
 // (bench_tf32x3_decode.py, WgmmaSplit3SwapABNarrow: 41.2 / 111 / 107 us at
 // 16 rows, 42.7 / 113 / 112 at 32; WgmmaSplit3SwapAB: 61.7 / 198 / 177 at
 // 128), 3xTF32 takes the GEMV up to 16 rows only (16 rows 39.6 / 123 /
@@ -460,27 +460,27 @@ Choice single_row_choice(const GemmProblem& p, const DeviceInfo& d) {
 
 // The largest M the automatic choice gives the skinny kernel, which reads B
 // once whatever M is: on the H200 at 4096 x 4096 it took 21-23 us at M = 1
-// to 16 against the wgmma path's 44-45 us (session 3: 64x256 tiles,
+// to 16 against the wgmma path's 44-45 us (2026-11-30: 64x256 tiles,
 // split-K and a reduction pass).
 // 3xTF32 keeps the same limit on Hopper: above it the kernel that splits W
 // in registers (WgmmaSplit3SwapABKMajor(Narrow)) reads W once for all
 // rows, where the skinny kernel's blocks of 16 rows (forced) re-read it per
 // block. H200,
 // bench_tf32x3_decode.py, weights 4096x4096 / 14336x4096 / 4096x14336,
-// session 12, skinny vs wgmma: 16 rows 32.6 / 106 / 105 vs 41.9 / 115 /
+// 2026-12-01, skinny vs wgmma: 16 rows 32.6 / 106 / 105 vs 41.9 / 115 /
 // 114 us; 32 rows (two blocks) 65.1 / 213 / 219 vs 42.8 / 122 / 116; 64
 // rows 130 / 444 / 439 vs 43.5 / 127 / 120.
 constexpr int64_t kSkinnyAutoMaxM = 16;
 static_assert(kSkinnyAutoMaxM <= SkinnyNarrow::kMaxM, "one block of rows");
 
-// With the 64x128 wgmma tile (session 4) the wgmma path catches up above
-// M = 8 on large weights. H200, graph-timed device time (session 5), skinny
+// With the 64x128 wgmma tile (2026-12-01) the wgmma path catches up above
+// M = 8 on large weights. H200, graph-timed device time (2026-12-01), skinny
 // vs wgmma, 4096x4096 / 14336x4096 / 4096x14336: M = 8 21.6 vs 24.0, 68.0
 // vs 67.5, 67.3 vs 64.5 us; M = 16 23.9 vs 24.1, 71.4 vs 67.6, 72.2 vs
 // 65.1 us. So on Hopper TF32 with M above this and a weight larger than
 // 4096 x 4096 takes the wgmma path. Smaller weights were not measured and
 // keep the skinny kernel; 3xTF32 keeps it too (measured against the wgmma
-// path that packs three copies of W per call; in session 12 the kernel that
+// path that packs three copies of W per call; on 2026-12-01 the kernel that
 // splits W in registers lost to it at 16 rows, see kSkinnyAutoMaxM).
 constexpr int64_t kSkinnyOverWgmmaMaxM = 8;
 constexpr int64_t kSkinnyOverWgmmaMaxWeight = int64_t{4096} * 4096;
@@ -489,8 +489,8 @@ constexpr int64_t kSkinnyOverWgmmaMaxWeight = int64_t{4096} * 4096;
 // columns over the whole of K while other SMs idle, so the skinny grid's
 // time grows with K whatever N is; the wgmma path splits K over every SM at
 // a fixed cost (split-K pass, launches) plus the weight's bytes at about
-// the HBM rate. Fitted to graph-timed device times on the H200 (session
-// 23, 5 to 16 rows, skinny vs wgmma, us): TF32 at 8 rows, K -> N 1024 ->
+// the HBM rate. Fitted to graph-timed device times on the H200 (2026-12-02,
+// 5 to 16 rows, skinny vs wgmma, us): TF32 at 8 rows, K -> N 1024 ->
 // 2048 5.4 vs 8.6, 2048 -> 1024 7.3 vs 8.6, 4096 -> 2048 14.7 vs 15.1,
 // 4096 -> 1024 12.7 vs 10.9, 8192 -> 1024 23.1 vs 15.0, 14336 -> 2048
 // 44.7 vs 34.0; 3xTF32 (both splitting in registers) at 16 rows: 4096 ->
@@ -751,7 +751,7 @@ cudaError_t launch_staging(const GemmProblem& p, const Staging& s, uint8_t* ws,
 // sectors (e.g. K = 4100; TMA needs only 16 bytes, and each 128-byte box row
 // of such an operand touches five sectors instead of four): its mainloop,
 // which loads the most operand bytes per MMA, took 10-22% longer on them
-// than packs plus the GEMM on the packed rows (H200, session 19, nt, M x N x K: 4095 x 4097 x 4099 with rows of
+// than packs plus the GEMM on the packed rows (H200, 2026-12-02, nt, M x N x K: 4095 x 4097 x 4099 with rows of
 // 4100 floats 640-659 -> 524-538 us, 4097 x 4099 x 4100 694 -> 631,
 // 3000 x 4097 x 4100 493 -> 413, 2000 x 3000 x 4100 254 -> 225, 4095 x 4097
 // x 1500 250 -> 216; nn 4095 x 4097 x 4100, A in place, 624 -> 515). Rows on

@@ -41,7 +41,7 @@ struct GemvRowsConfig {
   // from L2: each CTA reads all of it once) kRows times per step. In
   // batches of 4 rows (16 x kChunks registers) ptxas, at its 128-register
   // cap, still keeps only 1-2 rows' loads ahead at 8 and 16 rows: 5-9%
-  // faster there on the H200 (session 10), 8 rows still at 2.7-3.2 TB/s
+  // faster there on the H200 (2026-12-01), 8 rows still at 2.7-3.2 TB/s
   // and 16 at 1.0-1.3 (which the automatic choice takes only for FP32).
   // An L1 prefetch of the next step's rows of A helped 16 rows only
   // (another 4-20%) and slowed the others; it was left out, as was staging

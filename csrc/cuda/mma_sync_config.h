@@ -50,15 +50,15 @@ struct MmaSyncConfig {
 // mostly idle and warps stalled on fixed-latency dependencies; mma.sync
 // needs more warps per scheduler to keep HMMA issuing.
 // Interior copies after the second k8 step (kInsideCopyStep 1) rather than
-// the first: H200, forced, against step 0 in alternate processes (session
-// 22, three rounds): 4096^3 nn 129.3-130.0 -> 134.6-134.9 TFLOP/s, tn
+// the first: H200, forced, against step 0 in alternate processes (2026-12-02,
+// three rounds): 4096^3 nn 129.3-130.0 -> 134.6-134.9 TFLOP/s, tn
 // 131.9-132.4 -> 135.8-136.4, nt 127.3-129.5 -> 127.5-128.8. Against step
 // 1 (two rounds), step 2 lost 4% in tn and 3% in nt, step 3 9% in tn and
 // 3% in nn (and gained 1% in nt).
 using MmaSyncLarge = MmaSyncConfig<128, 256, 32, 64, 32, 3>;
 // 128x128x32, 8 warps of 64x32, 4 stages: ~144 KB, for problems with too few
 // 128x256 tiles to fill the GPU. Interior copies after the last k8 step
-// (session 22, H200, forced at 2048^3 against step 1 in alternate
+// (2026-12-02, H200, forced at 2048^3 against step 1 in alternate
 // processes, two rounds, TFLOP/s: nn 85.6-85.8 -> 91.9-92.0, nt 87.0-87.6
 // -> 90.3-91.9, tn 90.2 -> 90.9-91.1, tt 87.4-87.9 -> 91.7-91.9; step 2
 // gave nn 89.5-89.6; step 1 against step 0 had given nn +0.5%).
@@ -68,7 +68,7 @@ using MmaSyncMedium = MmaSyncConfig<128, 128, 32, 64, 32, 4, 0, 1, 3>;
 // three blocks per SM (<= 168 registers; the 16-byte variants only, see the
 // kernel), which Hopper's 227 KB of shared memory holds: unbounded, ptxas
 // gave the 16-byte variants 168-180 registers, two blocks per SM. Interior
-// copies after the first k8 step: 1024 x 1024 x 4096, forced, session 22,
+// copies after the first k8 step: 1024 x 1024 x 4096, forced, 2026-12-02,
 // against step 0 in alternate processes, TFLOP/s: step 1 nt 68.3-68.4 ->
 // 66.7-67.2; step 2 nt 68.6-69.2 -> 71.0-71.5, tn 71.0-71.1 -> 73.3-73.4,
 // nn 67.1-67.2 -> 67.2, tt 66.9-67.3 -> 62.8-63.1 (a trade between

@@ -344,7 +344,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kVec16 ? Cfg::kMinBlocksPerSM :
     // variants then took 168-180 registers instead of 140-150, hence their
     // launch bound of three blocks per SM; at 1024 x 1024 x 4096 (nt, 256
     // tiles: two per SM would do) they still run ~5% below the single loop
-    // (cause not found; see the design doc, "Session 21").
+    // (cause not found; see the design doc).
     //
     // Only with 16-byte copies: on the 4-byte path (4x the copies) an
     // unpredicated path raised MmaSyncSmall's registers from 168 to 208, one

@@ -65,7 +65,7 @@ __device__ __forceinline__ void load_a_block(uint4 (&a)[2][2], const float* cons
 // rows run one after another), and in normal priority it ran slower, likely
 // by evicting lines that are read again (A's rows, which CTAs re-read from L2;
 // H200, graph-timed, 16 rows: 4096 -> 4096 23.4 -> 21.7 us, 4096 -> 2048
-// 19.1 -> 15.4 us; 8 rows, 14336 -> 4096: 67.0 -> 64.2 us; session 23).
+// 19.1 -> 15.4 us; 8 rows, 14336 -> 4096: 67.0 -> 64.2 us; 2026-12-02).
 // SkinnyConfig::kRingBytes is this layout's size: kSlices rings of kStagesB
 // slots of kChunksB x 32 lanes x 16 bytes.
 template <class Cfg>

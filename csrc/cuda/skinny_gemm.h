@@ -61,9 +61,9 @@ using SkinnyNarrow = SkinnyConfig<2, 4>;
 using SkinnyWide = SkinnyConfig<4, 2>;
 
 // Rows of A per call: more than SkinnyConfig::kMaxM (16) run in blocks of
-// 16 rows, one launch and pass over B each; only when forced (session 11
-// chose them for 3xTF32 at 17-64 rows on Hopper, where since session 12
-// the wgmma kernel that splits B in registers reads B once for all rows).
+// 16 rows, one launch and pass over B each; only when forced (on Hopper,
+// 3xTF32 at 17-64 rows runs the wgmma kernel that splits B in registers,
+// which reads B once for all rows).
 constexpr int kSkinnyMaxM = 4 * SkinnyNarrow::kMaxM;
 static_assert(SkinnyWide::kMaxM == SkinnyNarrow::kMaxM, "one block height for both tiles");
 

@@ -30,8 +30,8 @@ namespace pygpukit {
 // kSwapAB: the configuration runs a plain `a @ b` (A and B both row-major)
 // without packing B K-major first. TF32 wgmma reads only K-major operands
 // from shared memory, but its A operand may come from registers in any
-// order, so the kernel computes C^T = B^T A^T (CUTLASS's "SwapAB + RS",
-// research brief section 2): its A operand is B^T, TMA-loaded N-major and
+// order, so the kernel computes C^T = B^T A^T (CUTLASS's "SwapAB + RS"
+// pattern): its A operand is B^T, TMA-loaded N-major and
 // read into registers; its B operand is A, K-major as it lies; its output
 // is C^T, written transposed into C by the epilogue. BM then runs along
 // C's N and BN along C's M.
@@ -163,7 +163,7 @@ using WgmmaMediumSwapAB = WgmmaConfig<128, 128, 6, 1, 0, true>;
 // The same for M <= 64: 64 of C's rows per tile (wgmma.m64n64k8 in the RS
 // form), half the MMAs and half the activation bytes per k-tile of the
 // 128-row tile, 8 stages of 16 KB of B^T plus 8 KB of A: 225 KB. H200,
-// session 14, x @ W, bench_decode (us, 128-row tile -> this one): M = 16
+// 2026-12-01, x @ W, bench_decode (us, 128-row tile -> this one): M = 16
 // 27.8 -> 27.4 (4096 x 4096), 72.8 -> 67.0 (4096 -> 14336), 81.2 -> 67.3
 // (14336 -> 4096); M = 64 29.5 -> 29.1, 70.9 -> 66.9, 83.6 -> 71.5.
 // (Clusters of 2 sharing the activations at 64 < M <= 128 did not gain:
@@ -175,7 +175,7 @@ using WgmmaNarrowSwapAB = WgmmaConfig<128, 64, 8, 1, 0, true>;
 // block then streams all of K from DRAM; split-K's short ranges keep the
 // shared ring (this ring on every tile lost ~1 us on split 4096^2). H200,
 // bench_decode, x @ W, M = 128, 4096 -> 14336: 82.7 -> 75.3 us in one A/B
-// run, a few us over repeated runs (session 15). 225 KB.
+// run, a few us over repeated runs (2026-12-02). 225 KB.
 using WgmmaMediumSwapABRing = WgmmaConfig<128, 128, 8, 1, 0, true, false, false, 4>;
 // 3xTF32 (precision "tf32x3"): 128x128x32 with accumulators promoted every
 // 4 k-tiles (128 of K), 6 stages of 32 KB; clusters of 2 along M for M > 128.

@@ -352,7 +352,7 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
 // no longer kept the pipeline counter and barrier addresses on the uniform
 // datapath and the producer's TMA loop spilled (WgmmaSquare: 12 -> 96
 // bytes; the whole-tiles kernel now 44); 4095x4097x4099 ran 12% slower than before stream-K (H200,
-// session 18, builds timed alternately: 461-477 -> 534-541 us). With the
+// 2026-12-02, builds timed alternately: 461-477 -> 534-541 us). With the
 // kernels apart: 487-501 against 516-540 us in the same runs; the
 // stream-K shapes and 4096^3 unchanged within the runs' spread.
 template <class Cfg, bool kStreamK>
@@ -530,7 +530,7 @@ int64_t kernel_n(const GemmProblem& p) { return Cfg::kSwapAB ? p.M : p.N; }
 // shares B. Then its TMA loads are marked L2 evict-first, so that the
 // streamed weight need not push out of L2 what is read again: the
 // activations (read by every block) and the split-K partials (read back by
-// the reduction). H200, session 16, in one process, without -> with:
+// the reduction). H200, 2026-12-02, in one process, without -> with:
 // split-K shapes at K = 4096 0.4-2.4 us faster (M = 128, 4096^2: x @ W.T
 // 29.8 -> 27.4, x @ W 29.3 -> 27.3), at K = 14336 x @ W.T 1.1-2.0 (M = 64,
 // 14336 -> 4096: 67.7 -> 65.7), x @ W within noise; unsplit shapes within

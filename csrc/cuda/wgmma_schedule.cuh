@@ -207,7 +207,7 @@ __device__ __forceinline__ bool finish_stream_k_segment(const WgmmaParams& p,
 constexpr int64_t kStreamKMinRange = 16;
 // Stream-K only where the last wave is at most this full (tail tiles /
 // clusters). H200, the target set interleaved with and without it
-// (session 8): last waves 52%, 6% and 15% full (8192^3, 16384^3,
+// (2026-12-01): last waves 52%, 6% and 15% full (8192^3, 16384^3,
 // 8192x14336x4096) ran 2.0%, 1.8% and 3.9% faster; 88% and 76% full
 // (4096^3, 8192x4096x14336) 7.3% and 1.6% slower: there a nearly full
 // wave saves less than the segments' partial sums cost.

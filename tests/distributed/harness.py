@@ -34,7 +34,7 @@ NVLINK_MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICA
 # error of 2e-3 (about four TF32 unit roundoffs, 2^-11 each) passes those and
 # fails any real mistake (a missed average is off by a factor, a wrong shard
 # by O(1)). Measured on CPU/gloo: at most 1.3e-7 with 2 and 4 ranks, but
-# 6.3e-4-7.3e-4 for the DDP/FSDP2 gradients with 3, 5, 6 and 7 (session 23;
+# 6.3e-4-7.3e-4 for the DDP/FSDP2 gradients with 3, 5, 6 and 7 (2026-12-02;
 # 1.9e-7 there with PYGPUKIT_PRECISION=ieee, so TF32 rounding, likely of
 # gradients averaged over a world size that is not a power of two), too
 # close to the 1e-3 used before.

@@ -54,7 +54,7 @@ if __name__ == "__main__":
     # rank in about ten aborted there ("terminate called without an active
     # exception", no Python frame on the stack) after every check had passed
     # and the process group was destroyed: 4 of 40 runs on 2 CPU processes
-    # (session 24; 0 of 40 with this exit), and the CI failure of session 23.
+    # (2026-12-03; 0 of 40 with this exit), and a CI failure of 2026-12-02.
     # Nothing of the checks runs after this point, so skipping the teardown
     # hides no result.
     sys.stdout.flush()
