@@ -60,7 +60,7 @@ def force_kernel(kernel: Optional[str]) -> Iterator[None]:
             unforced, they serve those rows where they are the faster
             choice on the H200 (up to 8 rows of a row-major weight and 4 of
             a K-major one in TF32; 16 and 8 in 3xTF32, 48 and 8 off Hopper;
-            64 and 16 in FP32).
+            32 and 16 in FP32).
             ``fma``: the FP32 CUDA-core kernel. ``auto``: the dispatcher's
             choice. ``None``: the block changes nothing (whatever
             ``PYGPUKIT_KERNEL`` says stays in force), as for

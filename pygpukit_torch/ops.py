@@ -168,7 +168,7 @@ def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
             names another kernel: one row for every precision; in
             ``"tf32"`` up to 4 rows of ``x @ w.mT`` and 8 of ``x @ W``; in
             ``"tf32x3"`` up to 8 and 16 (48 off Hopper); in ``"ieee"`` up to
-            16 and 64. Such rows
+            16 and 32. Such rows
             are bound by the weight's bytes, so tensor cores save little or
             no time there.
             ``None`` (default): the default precision, that of the

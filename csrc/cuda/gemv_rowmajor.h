@@ -77,7 +77,7 @@ constexpr int kGemvRowMajorMaxRows = 16;  // rows of A per CTA, at most
 static_assert(rows_per_cta(kGemvRowMajorMaxRows) == kGemvRowMajorMaxRows,
               "the largest M has its own rows per CTA");
 // Rows of A per call: 4 blocks. dispatch.cu's few_rows_gemv_max_m gives
-// the blocks FP32 up to 64 rows and 3xTF32 up to 48 where the Hopper kernel
+// the blocks FP32 up to 32 rows and 3xTF32 up to 48 where the Hopper kernel
 // that splits B in registers does not run (16 where it does), where they
 // beat the FMA kernel and the staged 3xTF32 path (measured on the H200).
 constexpr int kGemvRowMajorMaxM = 4 * kGemvRowMajorMaxRows;
