@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <vector>
 
 #include <c10/util/Exception.h>
 #include <torch/library.h>
@@ -153,6 +154,10 @@ void set_kernel_override(const std::optional<std::string>& kernel) {
 TORCH_LIBRARY_FRAGMENT(pygpukit, m) {
   m.def("_set_default_precision(str? precision) -> ()", &set_precision);
   m.def("_set_forced_kernel(str? kernel) -> ()", &set_kernel);
+  // The names force_kernel takes (pygpukit_torch.dispatch.KERNELS).
+  m.def("_forceable_kernels() -> str[]", [] {
+    return std::vector<std::string>(std::begin(kForceableKernels), std::end(kForceableKernels));
+  });
 }
 
 }  // namespace pygpukit

@@ -22,10 +22,12 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator, Optional
 
+import torch
+
 from ._settings import setting_block
 
-KERNELS = ("auto", "wgmma", "wgmma_swap_ab", "mma_sync", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "skinny",
-           "gemv", "fma")
+#: The names force_kernel takes, as the extension defines them (csrc/gemm_types.h).
+KERNELS = tuple(torch.ops.pygpukit._forceable_kernels())
 
 
 @contextlib.contextmanager
