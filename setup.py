@@ -122,6 +122,8 @@ def main() -> None:
         )
     else:
         # CUDA tensors get an error that names the cause instead of the dispatcher's.
+        print("pygpukit-torch: building the CPU path only (PYGPUKIT_BUILD_CUDA=0, or no nvcc): CUDA tensors "
+              "will raise an error saying so")
         sources.append("csrc/cuda_not_built.cpp")
         ext = CppExtension("pygpukit_torch._C", sources, extra_compile_args={"cxx": cxx_flags})
 

@@ -7,6 +7,7 @@ recorded under another setting)."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import threading
 from typing import Callable, Dict, Iterator, List, Optional, Tuple, Type
 
@@ -20,6 +21,21 @@ _AROUND_THE_CALL = "enter the block around the call of the compiled or traced fu
 # is the one in force.
 _lock = threading.Lock()
 _open: Dict[str, List[Tuple[object, str]]] = {}
+# The same per context (a thread, or an asyncio task within one): what the
+# calls made there record. Tuples, replaced rather than changed, so that a
+# task's copy of the context stays its own.
+_context_blocks: Dict[str, contextvars.ContextVar] = {
+    setting: contextvars.ContextVar(f"pygpukit_{setting}_blocks", default=()) for setting in ("precision", "kernel")}
+
+
+def context_innermost(setting: str) -> Optional[str]:
+    """The value of the innermost block of `setting` still open in this
+    thread (or asyncio task), or None; None while torch.compile traces
+    (Dynamo cannot read a ContextVar; the process-wide setting applies)."""
+    if torch.compiler.is_compiling():
+        return None
+    blocks = _context_blocks[setting].get()
+    return blocks[-1][1] if blocks else None
 
 
 def _setter(setting: str) -> Callable[[Optional[str]], None]:
@@ -54,8 +70,22 @@ class _SettingMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if self.setting == "precision" and kwargs.get("precision") is None and any(func is op for op in _PRECISION_OPS):
-            kwargs = {**kwargs, "precision": self.value}
+            # The thread's innermost block, not necessarily this one: blocks
+            # of asyncio tasks or generators may close out of order.
+            kwargs = {**kwargs, "precision": context_innermost("precision") or self.value}
         return func(*args, **kwargs)
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        # Removes this mode wherever it is on the stack: a block that closes
+        # out of order (asyncio tasks, generators) must not pop another's.
+        above = []
+        while torch._C._len_torch_function_stack() > 0:
+            mode = torch._C._pop_torch_function_stack()
+            if mode is self:
+                break
+            above.append(mode)
+        for mode in reversed(above):
+            torch._C._push_on_torch_function_stack(mode)
 
 
 _mode_types: Dict[Tuple[str, str], Type[_SettingMode]] = {}
@@ -125,10 +155,13 @@ def setting_block(setting: str, value: str, *, caller: str, advice: str = _AROUN
         blocks = _open.setdefault(setting, [])
         _setter(setting)(value)
         blocks.append(block)
+    here = _context_blocks[setting]
+    here.set(here.get() + (block,))
     try:
         with _mode_type(setting, value)():
             yield
     finally:
+        here.set(tuple(b for b in here.get() if b is not block))
         with _lock:
             blocks.remove(block)
             _setter(setting)(blocks[-1][1] if blocks else None)

@@ -536,7 +536,7 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
         if reason is not None:
             report.skipped.append((fqn, reason))
             if not chosen and not isinstance(module, TF32Linear):
-                unexpected.setdefault(reason, []).append(fqn)
+                unexpected.setdefault(reason, []).append(fqn or "the model itself")
             return module
         bypass = _parent_reason(parent, _SOMETIMES_BYPASSED_BY)
         if bypass is not None:

@@ -18,12 +18,13 @@ from __future__ import annotations
 import collections
 import contextlib
 from dataclasses import dataclass, field
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from ._settings import context_innermost
 from .ops import linear_tf32, matmul_tf32
 from .precision import default_precision
 
@@ -43,7 +44,7 @@ class ScopeStats:
     passed: collections.Counter = field(default_factory=collections.Counter)
 
     def summary(self) -> str:
-        passed = ", ".join(f"{n} {why}" for why, n in self.passed.most_common())
+        passed = ", ".join(f"{why} ({n}x)" for why, n in self.passed.most_common())
         return f"{self.taken} products on pygpukit" + (f"; left to torch: {passed}" if passed else "")
 
 
@@ -53,9 +54,36 @@ class _RouteMatmuls(TorchFunctionMode):
         self.devices = tuple(devices)
         self.stats = stats
 
-    def _why_not(self, tensors, kwargs) -> Optional[str]:
-        if kwargs.get("out") is not None:
-            return "out= given"
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if any(func is f for f in _MATMULS):
+            kind = "bmm" if func is torch.bmm or func is torch.Tensor.bmm else (
+                "mm" if func is torch.mm or func is torch.Tensor.mm else "matmul")
+            return self._route(func, args, kwargs, self._matmul, kind)
+        if any(func is f for f in _ADDMMS):
+            kind = "addmm" if func is torch.addmm or func is torch.Tensor.addmm else "baddbmm"
+            return self._route(func, args, kwargs, self._addmm, kind)
+        if func is F.linear:
+            return self._route(func, args, kwargs, self._linear, "linear")
+        return func(*args, **kwargs)
+
+    def _route(self, func, args, kwargs, route, kind):
+        """route(...)'s result, or torch's own where it says why not."""
+        if torch._C._are_functorch_transforms_active():
+            why = "a torch.func transform (grad, vmap, jvp, ...) active"
+        else:
+            try:
+                result = route(kind, *args, **kwargs)
+            except TypeError:  # arguments torch would reject or name otherwise: its own error
+                result = "arguments it does not take"
+            if not isinstance(result, str):
+                self.stats.taken += 1
+                return result
+            why = result
+        self.stats.passed[why] += 1
+        return func(*args, **kwargs)
+
+    def _check(self, *tensors) -> Optional[str]:
         for t in tensors:
             if not isinstance(t, torch.Tensor):
                 return "an operand that is not a tensor"
@@ -67,45 +95,62 @@ class _RouteMatmuls(TorchFunctionMode):
                 return f"operands on {t.device.type}"
         return None
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if any(func is f for f in _MATMULS) and len(args) == 2:
-            why = self._why_not(args, kwargs)
-            if why is None and (func is torch.bmm or func is torch.Tensor.bmm) and not (
-                    args[0].dim() == 3 and args[1].dim() == 3):
-                why = "bmm operands that are not 3-D"  # torch.bmm's own error then
-            if why is None and (func is torch.mm or func is torch.Tensor.mm) and not (
-                    args[0].dim() == 2 and args[1].dim() == 2):
-                why = "mm operands that are not 2-D"
-            if why is None:
-                self.stats.taken += 1
-                return matmul_tf32(args[0], args[1])
-            self.stats.passed[why] += 1
-        elif any(func is f for f in _ADDMMS) and len(args) == 3:
-            why = self._why_not(args, kwargs)
-            beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)
-            if why is None and set(kwargs) - {"beta", "alpha"}:
-                why = "other keyword arguments"
-            if why is None:
-                self.stats.taken += 1
-                product = matmul_tf32(args[1], args[2])
-                if alpha != 1:
-                    product = product * alpha
-                # torch's rule: with beta = 0 the input is ignored (NaN included).
-                return product if beta == 0 else torch.add(product, args[0], alpha=beta)
-            self.stats.passed[why] += 1
-        elif func is F.linear:
-            x, weight = args[0], args[1] if len(args) > 1 else kwargs.get("weight")
-            bias = args[2] if len(args) > 2 else kwargs.get("bias")
-            tensors = [x, weight] + ([bias] if bias is not None else [])
-            why = self._why_not(tensors, {})
-            if why is None and (weight.dim() != 2 or (bias is not None and bias.dim() != 1)):
-                why = "F.linear with a weight that is not 2-D or a bias that is not 1-D"
-            if why is None:
-                self.stats.taken += 1
-                return linear_tf32(x, weight, bias)
-            self.stats.passed[why] += 1
-        return func(*args, **kwargs)
+    @staticmethod
+    def _precision() -> Optional[str]:
+        # The innermost default_precision block of this thread or task, so
+        # that the call (and its backward) records it.
+        return context_innermost("precision")
+
+    def _matmul(self, kind, a, b, *, out=None):
+        why = "out= given" if out is not None else self._check(a, b)
+        if why is None and kind == "mm" and not (a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[0]):
+            why = "mm operands that are not 2-D and matching"
+        if why is None and kind == "bmm" and not (a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0]
+                                                  and a.shape[2] == b.shape[1]):
+            why = "bmm operands that are not 3-D and matching"
+        return why or matmul_tf32(a, b, precision=self._precision())
+
+    def _addmm(self, kind, input, m1, m2, *, beta=1, alpha=1, out=None):
+        why = "out= given" if out is not None else self._check(input, m1, m2)
+        dims = 2 if kind == "addmm" else 3
+        if why is None and not (m1.dim() == dims and m2.dim() == dims and m1.shape[-1] == m2.shape[-2]
+                                and (dims == 2 or m1.shape[0] == m2.shape[0])):
+            why = f"{kind} operands that are not {dims}-D and matching"
+        if why is None:
+            shape = (*m1.shape[:-1], m2.shape[-1])
+            if input.dim() > dims or torch.broadcast_shapes(input.shape, shape) != torch.Size(shape):
+                why = f"an {kind} input that does not broadcast to the product"
+        if why is None and (alpha == 0 or (beta == 0 and input.requires_grad)):
+            why = f"{kind} with alpha = 0, or beta = 0 on an input that needs a gradient"
+        if why is not None:
+            return why
+        product = matmul_tf32(m1, m2, precision=self._precision())
+        if alpha != 1:
+            product = product * alpha
+        # torch's rule: with beta = 0 the input is ignored (NaN included).
+        return product if beta == 0 else torch.add(product, input, alpha=beta)
+
+    def _linear(self, kind, input, weight, bias=None):
+        why = self._check(input, weight, *([bias] if bias is not None else []))
+        if why is None and (weight.dim() != 2 or (bias is not None and tuple(bias.shape) != weight.shape[:1])):
+            why = "F.linear with a weight that is not 2-D or a bias that is not [out_features]"
+        return why or linear_tf32(input, weight, bias, precision=self._precision())
+
+
+def _device_types(devices) -> Tuple[str, ...]:
+    """`devices` (a device or device type, or a sequence of them) as device
+    types; ValueError for anything else, so that a typo does not route
+    nothing silently."""
+    if isinstance(devices, (str, torch.device)):
+        devices = (devices,)
+    try:
+        types = tuple(torch.device(d).type for d in devices)
+    except (TypeError, RuntimeError) as error:
+        raise ValueError(f"pygpukit_torch.enable: devices must be device types such as 'cuda' or 'cpu' (or "
+                         f"torch.device objects), got {devices!r}: {error}") from None
+    if not types:
+        raise ValueError("pygpukit_torch.enable: devices is empty: nothing would be routed")
+    return types
 
 
 @contextlib.contextmanager
@@ -116,15 +161,17 @@ def enable(precision: Optional[str] = None, *, devices: Sequence[str] = ("cuda",
         precision: ``"tf32"``, ``"tf32x3"`` or ``"ieee"`` for the routed
             products, as a :func:`pygpukit_torch.default_precision` block
             (process-wide) around them; ``None`` keeps the default in force.
-        devices: the device types whose products are routed (``"cpu"``
-            routes CPU products to the CPU emulation, for tests).
+        devices: the device types whose products are routed (a string,
+            a ``torch.device`` or a sequence of them; ``"cuda:1"`` counts as
+            ``"cuda"``; ``"cpu"`` routes CPU products to the CPU emulation,
+            for tests).
 
     Returns:
         (as the ``with`` target) a :class:`ScopeStats` counting the products
         routed and, by reason, those left to torch.
 
     Raises:
-        ValueError: an unknown precision.
+        ValueError: an unknown precision, or devices that are not device types.
         RuntimeError: entered inside code that torch.compile traces (enter
             it around the call of the compiled function).
 
@@ -140,8 +187,7 @@ def enable(precision: Optional[str] = None, *, devices: Sequence[str] = ("cuda",
     if torch.compiler.is_compiling():
         raise RuntimeError("pygpukit_torch.enable: cannot be entered inside a function compiled by torch.compile; "
                            "enter the block around the call of the compiled function")
-    if isinstance(devices, str):
-        devices = (devices,)
     stats = ScopeStats()
+    devices = _device_types(devices)
     with default_precision(precision), _RouteMatmuls(devices, stats):
         yield stats

@@ -173,8 +173,9 @@ def _fail(what: str, lines) -> None:
 def _assert_within(out: torch.Tensor, ref: torch.Tensor, bound_fn, norm_bound_fn, what: str) -> None:
     """Raises AssertionError, in the style of torch.testing.assert_close,
     where `out` (float32, ref's shape) differs from the float64 `ref` by
-    more than bound_fn() elementwise (NaN where ref is NaN and equal
-    infinities pass) or, where ref is finite, ‖out − ref‖ > norm_bound_fn()."""
+    more than bound_fn() elementwise (where ref is NaN or infinite, out must
+    equal it; where ref is beyond float32's range, the infinity of its sign
+    passes) or, where ref and out are all finite, ‖out − ref‖ > norm_bound_fn()."""
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"{what}: out must be a tensor, got {type(out).__name__}")
     if out.shape != ref.shape:
@@ -186,12 +187,19 @@ def _assert_within(out: torch.Tensor, ref: torch.Tensor, bound_fn, norm_bound_fn
     out64, ref = out.detach().double().cpu(), ref.detach().cpu()
     err = (out64 - ref).abs()
     bound = bound_fn().cpu()
-    same = (out64 == ref) | (out64.isnan() & ref.isnan())
-    bad = ~same & ~(err <= bound)  # NaN err (a NaN or a wrong inf) counts as bad
+    finite = ref.isfinite()
+    # A non-finite reference must be matched exactly (NaN by NaN): its bound
+    # is infinite too. A finite one within a bound's reach of float32's
+    # largest value may come out as the infinity of its sign.
+    close = torch.where(finite, err <= bound, (out64 == ref) | (out64.isnan() & ref.isnan()))
+    close |= (finite & out64.isinf() & (out64.sign() == ref.sign())
+              & (ref.abs() + bound > torch.finfo(torch.float32).max))
+    bad = ~close
     count = int(bad.sum())
     norm_line = ""
-    finite = bool(ref.isfinite().all())
-    if finite and norm_bound_fn is not None:
+    # The norm check where both are finite throughout (out's infinities
+    # have passed or failed elementwise above).
+    if bool(finite.all()) and bool(out64.isfinite().all()) and norm_bound_fn is not None:
         diff, norm_bound = float((out64 - ref).norm()), norm_bound_fn()
         ref_norm = float(ref.norm())
         rel = diff / ref_norm if ref_norm > 0 else (0.0 if diff == 0 else math.inf)
@@ -257,7 +265,7 @@ def assert_matmul_close(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, 
 
 
 def assert_linear_close(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
-                        activation: str = "none", *, precision: str = "tf32") -> None:
+                        activation: Optional[str] = "none", *, precision: str = "tf32") -> None:
     """Asserts that `out` is ``act(F.linear(x, weight, bias))`` as ``linear_tf32`` computes it.
 
     The matmul bound of :func:`assert_matmul_close`, carried through the
@@ -281,6 +289,7 @@ def assert_linear_close(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor
     """
     what = f"assert_linear_close(activation={activation!r}, precision={precision!r})"
     _check_precision(what, precision)
+    activation = "none" if activation is None else activation  # as linear_tf32 takes it
     if activation not in ACTIVATIONS:
         raise ValueError(f"{what}: activation must be one of {', '.join(map(repr, ACTIVATIONS))}")
 
@@ -320,11 +329,13 @@ def _flatten(x, path="output"):
     if isinstance(x, torch.Tensor):
         yield path, x
     elif isinstance(x, dict):
-        for k, v in x.items():
-            yield from _flatten(v, f"{path}[{k!r}]")
+        for k in sorted(x, key=repr):  # the keys' order is not compared
+            yield from _flatten(x[k], f"{path}[{k!r}]")
     elif isinstance(x, (list, tuple)):
         for i, v in enumerate(x):
             yield from _flatten(v, f"{path}[{i}]")
+    else:
+        yield path, x
 
 
 def assert_model_close(model: nn.Module, reference: nn.Module, *inputs, precision: str = "tf32",
@@ -366,6 +377,10 @@ def assert_model_close(model: nn.Module, reference: nn.Module, *inputs, precisio
         _fail(f"{what}: the outputs differ in structure.",
               [f"model: {[p for p, _ in outs]}", f"reference: {[p for p, _ in refs]}"])
     for (path, out), (_, ref) in zip(outs, refs):
+        if not isinstance(out, torch.Tensor) or not isinstance(ref, torch.Tensor):
+            if type(out) is not type(ref) or out != ref:
+                _fail(f"{what}: {path} differs.", [f"model: {out!r}, reference: {ref!r}"])
+            continue
         if out.shape != ref.shape or out.dtype != ref.dtype:
             _fail(f"{what}: {path} differs.", [f"model: {out.dtype} {list(out.shape)}, "
                                                 f"reference: {ref.dtype} {list(ref.shape)}"])
@@ -373,7 +388,11 @@ def assert_model_close(model: nn.Module, reference: nn.Module, *inputs, precisio
             if not torch.equal(out, ref):
                 _fail(f"{what}: {path} (not floating point) differs.", [])
             continue
-        err = rel_error(out, ref)
+        # Elements that are NaN or infinite in both alike are equal; the
+        # norm error is that of the others.
+        same = (out == ref) | (out.isnan() & ref.isnan())
+        keep = ~(same & ~ref.isfinite())
+        err = rel_error(out[keep], ref[keep])
         if not err <= tol:
             diff = (out.detach().double() - ref.detach().double()).abs().cpu()
             flat = int(diff.nan_to_num(nan=math.inf).flatten().argmax())

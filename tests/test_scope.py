@@ -49,8 +49,8 @@ def test_leaves_what_it_cannot_take_to_torch(device):
             torch.bmm(a, b)  # torch's own error for 2-D operands
     assert stats.taken == 1
     assert stats.passed == {"torch.float64 operands": 2, "out= given": 1,
-                            "F.linear with a weight that is not 2-D or a bias that is not 1-D": 1,
-                            "bmm operands that are not 3-D": 1}, stats.passed
+                            "F.linear with a weight that is not 2-D or a bias that is not [out_features]": 1,
+                            "bmm operands that are not 3-D and matching": 1}, stats.passed
     other = "cpu" if device != "cpu" else "meta"
     with pygpukit_torch.enable(devices=(device,)) as stats:
         torch.randn(4, 4, device=other) @ torch.randn(4, 4, device=other)
@@ -72,6 +72,17 @@ def test_a_whole_block_runs_on_the_ops_with_gradients(device):
     assert rel_error(out, reference) < 5e-3
     out.sum().backward()
     assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+def test_devices_must_be_device_types():
+    for bad in ("cpus", ("tpu",), (), 3):
+        with pytest.raises(ValueError, match="devices"):
+            with pygpukit_torch.enable(devices=bad):
+                pass
+    for good in ("cpu", torch.device("cpu"), ["cpu"]):
+        with pygpukit_torch.enable(devices=good) as stats:
+            torch.randn(2, 2) @ torch.randn(2, 2)
+        assert stats.taken == 1
 
 
 def test_nests_restores_and_refuses_inside_compiled_code():
@@ -108,3 +119,41 @@ def test_compiled_code_called_inside_holds_the_ops():
     assert sum("pygpukit" in t for t in targets) == 3, targets
     assert not any("pygpukit" in str(n.target) for n in graphs[0].graph.nodes)
     assert rel_error(routed, plain) < 2e-3 and not torch.equal(routed, plain)
+
+
+def test_keyword_arguments_functorch_and_shapes_torch_rejects():
+    x, w = torch.randn(3, 4), torch.randn(6, 4)
+    with pygpukit_torch.enable(devices=("cpu",)) as stats:
+        out = F.linear(input=x, weight=w)  # keywords
+        F.linear(x, w, torch.randn(1))  # a bias that merely broadcasts: torch's
+        grad = torch.func.grad(lambda t: (t @ w.T).sum())(x)  # functorch: torch's
+        with pytest.raises(RuntimeError):
+            torch.bmm(torch.randn(1, 3, 4), torch.randn(5, 4, 2))  # torch's own error
+        with pytest.raises(RuntimeError):
+            torch.addmm(torch.zeros(3), torch.randn(3, 4), torch.randn(4))
+    assert stats.taken == 1 and rel_error(out, x.double() @ w.double().T) < 2e-3
+    assert torch.allclose(grad, w.sum(0).expand(3, 4))
+    assert len(stats.passed) == 4, stats.passed
+
+
+def test_addmm_alpha_beta_edge_cases_follow_torch():
+    inp = torch.randn(3, 5, requires_grad=True)
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+    with pygpukit_torch.enable(devices=("cpu",)) as stats:
+        torch.addmm(inp, a, b, beta=0).sum().backward()  # torch's: the input still gets a (zero) gradient
+        nan_input = torch.full((3, 5), float("nan"))
+        out = torch.addmm(nan_input, a, b, beta=0)  # routed: the input is ignored, NaN included
+    assert torch.equal(inp.grad, torch.zeros(3, 5)) and torch.isfinite(out).all()
+    assert stats.taken == 1
+
+
+def test_a_precision_block_inside_the_scope_reaches_backward():
+    """default_precision nested inside enable: the routed call records the
+    block's precision, so its backward (run after both closed) uses it."""
+    x, w = torch.randn(8, 64, requires_grad=True), torch.randn(64, 8)
+    with pygpukit_torch.enable(devices=("cpu",)):
+        with pygpukit_torch.default_precision("ieee"):
+            y = x @ w
+    y.backward(torch.ones(8, 8))
+    expected = pygpukit_torch.matmul_tf32(torch.ones(8, 8), w.T, precision="ieee")
+    assert torch.equal(x.grad, expected)

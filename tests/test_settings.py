@@ -122,6 +122,29 @@ def test_blocks_in_threads_closing_out_of_order_leave_no_setting_behind():
     assert innermost("precision") is None and torch.equal(matmul_tf32(x, torch.eye(8)), tf32)
 
 
+def test_blocks_in_asyncio_tasks_keep_their_own_precision():
+    """Two tasks on one thread, their blocks closing out of order: each
+    task's calls run at its own block's precision, and the mode stack is
+    left empty."""
+    import asyncio
+
+    x, eye = torch.eye(8) * (1 + 2 ** -11 + 2 ** -12), torch.eye(8)
+    expected = {p: matmul_tf32(x, eye, precision=p) for p in ("ieee", "tf32")}
+    seen = {}
+
+    async def task(precision, delay):
+        with pygpukit_torch.default_precision(precision):
+            await asyncio.sleep(delay)
+            seen[precision] = matmul_tf32(x, eye)
+
+    async def both():
+        await asyncio.gather(task("ieee", 0.01), task("tf32", 0.05))
+
+    asyncio.run(both())
+    assert all(torch.equal(seen[p], expected[p]) for p in expected)
+    assert torch._C._len_torch_function_stack() == 0 and innermost("precision") is None
+
+
 class GraphRecorder:
     """A torch.compile backend that keeps each graph Dynamo hands it."""
 

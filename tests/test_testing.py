@@ -107,3 +107,35 @@ def test_model_helper(device):
         broken.down.bias[3] += 1.0
     with pytest.raises(AssertionError, match=r"output\['y'\] is not close!"):
         assert_model_close(broken, original, x)
+
+
+def test_non_finite_and_overflowing_references():
+    """Where the reference is infinite the result must be the same infinity
+    (the bound is infinite there too); where it lies beyond float32's range
+    the infinity of its sign passes."""
+    inf = float("inf")
+    a, b = torch.tensor([[inf, 1.0]]), torch.ones(2, 1)
+    assert_matmul_close(torch.tensor([[inf]]), a, b)
+    for wrong in (-inf, 0.0, float("nan")):
+        with pytest.raises(AssertionError, match="Mismatched elements: 1 / 1"):
+            assert_matmul_close(torch.tensor([[wrong]]), a, b)
+    h = torch.full((1, 2), 3e38)
+    assert_matmul_close(pygpukit_torch.matmul_tf32(h, h.T, precision="ieee"), h, h.T, precision="ieee")
+    with pytest.raises(AssertionError):
+        assert_matmul_close(torch.tensor([[-inf]]), h, h.T, precision="ieee")
+
+
+class Outputs(torch.nn.Module):
+    def __init__(self, extra):
+        super().__init__()
+        self.extra = extra
+
+    def forward(self, x):
+        return {"z": x * float("nan"), "x": x, "extra": self.extra}
+
+
+def test_model_helper_compares_non_tensors_and_matching_non_finite_values():
+    x = torch.randn(5)
+    assert_model_close(Outputs(1), Outputs(1), x)  # NaN against NaN; dict order is not compared
+    with pytest.raises(AssertionError, match=r"output\['extra'\] differs"):
+        assert_model_close(Outputs(1), Outputs(2), x)
