@@ -22,20 +22,24 @@ struct Variable {
   const char* name;
   std::optional<std::string> value;  // nullopt: unset
 
-  explicit Variable(const char* n) : name(n) {
-    if (const char* v = std::getenv(n)) value = v;
+  explicit Variable(const char* n) : name(n) { value = now(); }
+
+  // The environment's value now; empty counts as unset.
+  std::optional<std::string> now() const {
+    const char* v = std::getenv(name);
+    return v != nullptr && *v != '\0' ? std::optional<std::string>(v) : std::nullopt;
   }
 
   // The value; RuntimeError naming `op` if the environment now says
   // otherwise: a silent change would apply to eager calls but not to CUDA
   // graphs recorded before it, nor to code compiled before it.
   const std::optional<std::string>& checked(const char* op) const {
-    const char* now = std::getenv(name);
-    const bool same = now == nullptr ? !value.has_value() : value.has_value() && *value == now;
+    const std::optional<std::string> current = now();
+    const bool same = current == value;
     const bool kernel = std::strcmp(name, "PYGPUKIT_KERNEL") == 0;
     const bool precision = !kernel && std::strcmp(name, "PYGPUKIT_STREAM_K") != 0;
     TORCH_CHECK(same, op, ": the environment variable ", name, " changed from ", shown(value), " to ",
-                shown(now ? std::optional<std::string>(now) : std::nullopt),
+                shown(current),
                 " after the first pygpukit call read it; it is read once per process: set it before "
                 "the first call",
                 kernel      ? ", or use pygpukit_torch.force_kernel(...) to change the setting while the process runs"
@@ -83,15 +87,21 @@ std::string kernel_choices() {
   return s;
 }
 
-// PYGPUKIT_ALLOW_TF32 = 0 / false / no / off (any case, surrounding
-// whitespace ignored, as a shell or .env file may leave it).
-bool disallows_tf32(const std::optional<std::string>& env) {
+// PYGPUKIT_ALLOW_TF32 = 0 / false / no / off disallows TF32, 1 / true /
+// yes / on (or unset, or blank) allows it (any case, surrounding whitespace
+// ignored, as a shell or .env file may leave it); anything else throws
+// ValueError naming `op`, rather than quietly meaning one of them.
+bool disallows_tf32(const std::optional<std::string>& env, const char* op) {
   std::string v = env.value_or("");
   const auto is_space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
   while (!v.empty() && is_space(v.back())) v.pop_back();
   v.erase(v.begin(), std::find_if_not(v.begin(), v.end(), is_space));
   for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return v == "0" || v == "false" || v == "no" || v == "off";
+  if (v == "0" || v == "false" || v == "no" || v == "off") return true;
+  TORCH_CHECK_VALUE(v.empty() || v == "1" || v == "true" || v == "yes" || v == "on", op,
+                    ": the environment variable PYGPUKIT_ALLOW_TF32 must be 0/false/no/off or 1/true/yes/on, "
+                    "got '", printable(*env), "'");
+  return false;
 }
 
 void set_precision(std::optional<c10::string_view> precision) {
@@ -107,24 +117,26 @@ void set_kernel(std::optional<c10::string_view> kernel) {
 }  // namespace
 
 Precision default_precision(const char* op) {
-  if (const int o = precision_override.load(std::memory_order_acquire); o >= 0) return Precision(o);
+  // Read (and checked) even under an override, so that the first call
+  // takes the process's values whatever blocks are open.
   const auto& env = variable(Env::kPrecision).checked(op);
   const auto& allow = variable(Env::kAllowTF32).checked(op);
-  if (env && !env->empty()) {
+  if (const int o = precision_override.load(std::memory_order_acquire); o >= 0) return Precision(o);
+  if (env) {
     const auto p = precision_named(*env);
     TORCH_CHECK_VALUE(p.has_value(), op,
                       ": the environment variable PYGPUKIT_PRECISION must be 'tf32', 'tf32x3' "
                       "or 'ieee', got '", printable(*env), "'");
     return *p;
   }
-  return disallows_tf32(allow) ? Precision::kIEEE : Precision::kTF32;
+  return disallows_tf32(allow, op) ? Precision::kIEEE : Precision::kTF32;
 }
 
 ForcedKernel forced_kernel(const char* op) {
   variable(Env::kStreamK).checked(op);  // read below the argument checks: checked here, once per GPU call
+  const auto& env = variable(Env::kKernel).checked(op);  // read even under an override, as above
   if (const int o = kernel_override.load(std::memory_order_acquire); o >= 0) return ForcedKernel(o);
-  const auto& env = variable(Env::kKernel).checked(op);
-  if (!env || env->empty()) return ForcedKernel::kAuto;
+  if (!env) return ForcedKernel::kAuto;
   const auto k = kernel_named(*env);
   TORCH_CHECK_VALUE(k.has_value(), op, ": the environment variable PYGPUKIT_KERNEL must be ",
                     kernel_choices(), ", got '", printable(*env), "'");

@@ -25,6 +25,7 @@ from typing import Iterator, Optional
 import torch
 
 from ._settings import setting_block
+from .ops import _printable
 
 #: The names force_kernel takes, as the extension defines them (csrc/gemm_types.h).
 KERNELS = tuple(torch.ops.pygpukit._forceable_kernels())
@@ -94,8 +95,8 @@ def force_kernel(kernel: Optional[str]) -> Iterator[None]:
         return
     if not isinstance(kernel, str):
         raise TypeError(f"force_kernel: kernel must be one of {', '.join(map(repr, KERNELS))} or None, "
-                        f"got {type(kernel).__name__} {kernel!r}")
+                        f"got {type(kernel).__name__} {_printable(repr(kernel))}")
     if kernel not in KERNELS:
-        raise ValueError(f"force_kernel: unknown kernel {kernel!r}; expected one of {', '.join(KERNELS)}")
+        raise ValueError(f"force_kernel: unknown kernel '{_printable(kernel)}'; expected one of {', '.join(KERNELS)}")
     with setting_block("kernel", kernel, caller="force_kernel"):
         yield

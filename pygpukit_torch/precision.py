@@ -6,7 +6,8 @@ innermost open :func:`default_precision` block's precision, else the
 environment's, read once per process at the first call:
 ``PYGPUKIT_PRECISION`` (``tf32``, ``tf32x3`` or ``ieee``; empty counts as
 unset) if set, else ``ieee`` if ``PYGPUKIT_ALLOW_TF32`` is ``0``, ``false``,
-``no`` or ``off`` (any case, surrounding whitespace ignored), else ``tf32``.
+``no`` or ``off`` (any case, surrounding whitespace ignored), else ``tf32``
+(for ``1``, ``true``, ``yes``, ``on``, empty or unset; other values raise).
 Changing either variable after that first call raises at the next call.
 
 Compiled code follows the block around its call in every torch.compile mode:
@@ -23,7 +24,7 @@ import contextlib
 from typing import Iterator, Optional
 
 from ._settings import setting_block
-from .ops import PRECISIONS, _check_precision_is_str
+from .ops import PRECISIONS, _check_precision_is_str, _printable
 
 @contextlib.contextmanager
 def default_precision(precision: Optional[str]) -> Iterator[None]:
@@ -65,7 +66,7 @@ def default_precision(precision: Optional[str]) -> Iterator[None]:
         return
     _check_precision_is_str("default_precision", precision)  # as the operators' precision argument
     if precision not in PRECISIONS:
-        raise ValueError(f"default_precision: unknown precision {precision!r}; expected one of "
+        raise ValueError(f"default_precision: unknown precision '{_printable(precision)}'; expected one of "
                          f"{', '.join(PRECISIONS)}")
     advice = (f"pass precision={precision!r} to the operators there, or enter the block around the call of the "
               f"compiled function")

@@ -50,6 +50,32 @@ def test_environment_is_read_once_and_a_later_change_raises():
     assert float(lines[2]) == 2 ** -10
 
 
+def test_environment_edge_cases():
+    """An unknown PYGPUKIT_ALLOW_TF32 raises instead of meaning TF32; a
+    variable going from unset to empty is no change (empty counts as
+    unset); the first call reads the environment even inside a block, so
+    a later change is still caught."""
+    code = ("import os, torch, pygpukit_torch\n"
+            "try:\n"
+            "    pygpukit_torch.matmul_tf32(torch.eye(2), torch.eye(2))\n"
+            "except ValueError as e:\n"
+            "    print('ValueError', e)\n")
+    lines = run_python(code, PYGPUKIT_ALLOW_TF32="garbage")
+    assert "PYGPUKIT_ALLOW_TF32 must be 0/false/no/off or 1/true/yes/on, got 'garbage'" in lines[0], lines
+    code = ("import os, torch, pygpukit_torch\n"
+            "with pygpukit_torch.default_precision('ieee'):\n"
+            "    pygpukit_torch.matmul_tf32(torch.eye(2), torch.eye(2))\n"
+            "os.environ['PYGPUKIT_ALLOW_TF32'] = ''\n"
+            "pygpukit_torch.matmul_tf32(torch.eye(2), torch.eye(2))\n"
+            "os.environ['PYGPUKIT_PRECISION'] = 'ieee'\n"
+            "try:\n"
+            "    pygpukit_torch.matmul_tf32(torch.eye(2), torch.eye(2))\n"
+            "except RuntimeError as e:\n"
+            "    print('RuntimeError', e)\n")
+    lines = run_python(code)
+    assert len(lines) == 1 and "PYGPUKIT_PRECISION changed from unset to 'ieee'" in lines[0], lines
+
+
 @pytest.mark.parametrize("device", ["cpu", "meta", pytest.param("cuda", marks=requires_cuda)])
 def test_bad_precision_environment_variable_raises_on_every_device(device):
     """A bad PYGPUKIT_PRECISION raises the same ValueError on meta tensors
