@@ -289,14 +289,15 @@ def test_many_threads_on_first_use(family, streams, request):
     """A fresh process per kernel family (nothing set up yet), one thread
     per problem released together, each on a stream of its own or all on
     the default stream: no call fails, and every result is bitwise equal
-    to the same call made alone. Three processes each, as a race need not
-    show every time."""
-    if family not in OFF_HOPPER_PATH and torch.cuda.get_device_capability()[0] == 9:
+    to the same call made alone. Three processes each (one where the
+    failure is known), as a race need not show every time."""
+    known_defect = family not in OFF_HOPPER_PATH and torch.cuda.get_device_capability()[0] == 9
+    if known_defect:
         request.applymarker(pytest.mark.xfail(
             strict=False, reason="known defect: Hopper-path launches made by many threads at once can fail with "
                                  "'invalid argument' (H100: in up to 15 of 36 threads of a process on the default "
                                  "stream, 1 of 36 in 2 of 22 processes with a stream per thread)"))
-    for _ in range(3):
+    for _ in range(1 if known_defect else 3):
         result = subprocess.run([sys.executable, os.path.join(HERE, "first_use_threads.py"), family, streams],
                                 capture_output=True, text=True, timeout=600,
                                 env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
