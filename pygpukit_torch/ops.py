@@ -381,7 +381,7 @@ def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
 
     Differentiable in x, weight and bias (csrc/autograd.cpp), the backward
     products on matmul_tf32 at the ``precision`` the call named (with
-    ``None``, the environment's when ``backward()`` runs, as for
+    ``None``, the default when ``backward()`` runs, as for
     :func:`matmul_tf32`). For GELU/SiLU the backward recomputes the
     pre-activation with one more linear_tf32 instead of storing it (double
     backward works; weight and bias are kept for it, so changing either in
