@@ -33,62 +33,35 @@ KERNELS = tuple(torch.ops.pygpukit._forceable_kernels())
 
 @contextlib.contextmanager
 def force_kernel(kernel: Optional[str]) -> Iterator[None]:
-    """Run every pygpukit GEMM inside the block on ``kernel``.
+    """Run the pygpukit GEMMs of the block on one kernel family, for tests and benchmarks.
 
     Args:
-        kernel: one of ``pygpukit_torch.dispatch.KERNELS``. ``wgmma``: the Hopper TMA + wgmma
-            kernel (sm_90a builds on compute capability 9.0). ``wgmma_swap_ab``:
-            its variants that read B in place into registers: for a plain
-            ``a @ b`` with both operands row-major and 16-byte aligned
-            (precision "tf32"; tiles of 64 rows of C for M <= 64, 128 up to
-            M = 128, 256 above; the automatic choice for such products,
-            unless 128x128 tiles finish
-            sooner at M > 128), and for precision "tf32x3" at M <= 128 with
-            B in either layout, split in registers (what ``wgmma`` runs
-            there too). ``mma_sync``:
-            the portable mma.sync kernel with its automatic tile choice;
-            ``mma_sync_large|medium|small``: one tile configuration.
-            ``skinny``: the decode-sized-M kernel (M <= 16, and forced up
-            to 64, above 16 in blocks of 16 rows, one pass over B each; both operands
-            K-major as in ``F.linear``, 16-byte aligned; sm_80 and newer).
-            ``gemv``: the single-row kernels (M = 1, FP32 FMAs whatever the
-            precision; the weight either K-major as for ``skinny`` or
-            row-major as in ``x @ W`` with ``W`` stored [in, out], 16-byte
-            aligned), which the automatic choice takes for every such row;
-            forcing another kernel runs that one instead. Forced, they
-            also run 2 to 16 rows of ``x`` (rows 16-byte aligned, no batch
-            of the weight) on either layout, in FP32, every load of the
-            weight shared by all rows, and up to 64 rows on a row-major
-            weight in blocks of 16 (one pass over the weight each);
-            unforced, they serve those rows where they are the faster
-            choice on the H200 (up to 8 rows of a row-major weight and 4 of
-            a K-major one in TF32; 16 and 8 in 3xTF32, 48 and 8 off Hopper;
-            32 and 16 in FP32).
-            ``fma``: the FP32 CUDA-core kernel. ``auto``: the dispatcher's
-            choice. ``None``: the block changes nothing (whatever
-            ``PYGPUKIT_KERNEL`` says stays in force), as for
-            :func:`pygpukit_torch.default_precision`, so
-            ``with force_kernel(args.kernel):`` works when none was given.
+        kernel: one of ``KERNELS``: ``"wgmma"`` (Hopper, TMA + wgmma),
+            ``"wgmma_swap_ab"`` (its variants that read a row-major B in
+            place), ``"mma_sync"`` (the portable kernel, automatic tile) or
+            ``"mma_sync_large"`` / ``"_medium"`` / ``"_small"`` (one tile),
+            ``"skinny"`` (decode-sized M, up to 64 rows in blocks of 16),
+            ``"gemv"`` (FP32 GEMVs: 1 row, or up to 16 on either weight
+            layout and 64 on a row-major one), ``"fma"`` (FP32 CUDA cores),
+            ``"auto"`` (the dispatcher's choice); ``None`` changes nothing,
+            so ``with force_kernel(args.kernel):`` works when none was given.
 
     Raises:
         ValueError: an unknown kernel name.
         TypeError: a kernel that is neither a string nor None.
-        RuntimeError: entered inside a function that ``torch.compile`` traces;
-            put the ``with`` block around the call of the compiled function.
-            With ``fullgraph=True`` torch reports it as
-            ``torch._dynamo.exc.Unsupported`` quoting this error; without,
-            Dynamo runs that code eagerly, where the block works. Also
-            entered while torch.export, make_fx, torch.fx.symbolic_trace or
-            torch.jit.trace records the function.
+        RuntimeError: entered inside code that torch.compile, torch.export,
+            make_fx, torch.fx.symbolic_trace or torch.jit.trace records; enter
+            it around the call of the compiled function instead.
 
-    The override is process-wide: while the block is the innermost open one
-    it applies to calls in every thread, so it is not meant for concurrent
-    use from several threads with different kernels (blocks that overlap in
-    threads and close out of order still leave the right setting). A kernel that cannot run
-    a given problem falls back to the automatic choice, except that with
-    ``precision="ieee"`` any forced kernel but ``gemv`` runs the FMA kernel
-    (tensor-core kernels do not compute in FP32); CPU tensors are not
-    affected.
+    A kernel that cannot run a problem falls back to the automatic choice
+    (:func:`pygpukit_torch.kernel_info` says what runs); with
+    ``precision="ieee"`` every forced kernel but ``gemv`` runs the FMA
+    kernel; CPU tensors are not affected. The override is process-wide
+    (see the module docstring and the README's "Precision semantics").
+
+    Example:
+        >>> with pygpukit_torch.force_kernel("mma_sync"):
+        ...     c = pygpukit_torch.matmul_tf32(a, b)
     """
     if kernel is None:
         yield
