@@ -59,14 +59,6 @@ def make_inputs(m, n, k, layout, count):
     return [(one(m, k, layout[0] == "t"), one(k, n, layout[1] == "t")) for _ in range(count)]
 
 
-def forced(kernel):
-    """matmul_tf32 with the dispatcher overridden."""
-    def fn(a, b):
-        with pygpukit_torch.force_kernel(kernel):
-            return pygpukit_torch.matmul_tf32(a, b)
-    return fn
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     subset = parser.add_mutually_exclusive_group()
@@ -89,19 +81,23 @@ def main():
 
     header = run_header()
     print(header)
+    # name -> (fn, context around its timing): a forced kernel's block is
+    # entered once around its turns, not per call (it costs host time).
     variants = {
-        "pygpukit tf32": (lambda a, b: pygpukit_torch.matmul_tf32(a, b), None),
-        "cuBLAS tf32": (torch.matmul, True),
-        "cuBLAS fp32": (torch.matmul, False),
+        "pygpukit tf32": (lambda a, b: pygpukit_torch.matmul_tf32(a, b), contextlib.nullcontext),
+        "cuBLAS tf32": (torch.matmul, lambda: cublas_tf32(True)),
+        "cuBLAS fp32": (torch.matmul, lambda: cublas_tf32(False)),
     }
     # Precisions other than TF32, each reported against cuBLAS FP32.
     fp32_class = [p for p in ("tf32x3", "ieee") if getattr(args, p)]
     for precision in fp32_class:
         variants[f"pygpukit {precision}"] = (
-            lambda a, b, precision=precision: pygpukit_torch.matmul_tf32(a, b, precision=precision), None)
+            lambda a, b, precision=precision: pygpukit_torch.matmul_tf32(a, b, precision=precision),
+            contextlib.nullcontext)
     extra = [k for k in args.kernels.split(",") if k != "auto"]
     for kernel in extra:
-        variants[f"pygpukit {kernel}"] = (forced(kernel), None)
+        variants[f"pygpukit {kernel}"] = (pygpukit_torch.matmul_tf32,
+                                          lambda kernel=kernel: pygpukit_torch.force_kernel(kernel))
     results, rows = [], []
     shapes = QUICK if args.quick else TARGET_SET if args.target else SHAPES
     for i, (kind, m, n, k, layout) in enumerate(shapes):
@@ -111,10 +107,8 @@ def main():
         ref = torch.matmul(a0.double(), b0.double())
         sub = f"{kind} {m}x{n}x{k} {layout}"
         row = {"shape": sub}
-        timed = {name: (fn, (lambda tf32=tf32: cublas_tf32(tf32)) if tf32 is not None else contextlib.nullcontext)
-                 for name, (fn, tf32) in variants.items()}
-        measured = time_interleaved(timed, sets, "matmul TFLOP/s", sub, len(timed) * args.min_run_time)
-        for name, (fn, context) in timed.items():
+        measured = time_interleaved(variants, sets, "matmul TFLOP/s", sub, len(variants) * args.min_run_time)
+        for name, (fn, context) in variants.items():
             with context():
                 err = rel_error(fn(a0, b0), ref)
             r = measured[name]

@@ -51,6 +51,16 @@ def _ops_taking_precision() -> Tuple[object, ...]:
 
 # A torch-function mode may see either the packet or its overload.
 _PRECISION_OPS = _ops_taking_precision()
+_PRECISION_OP_SET = frozenset(_PRECISION_OPS)
+
+
+def _takes_precision(func) -> bool:
+    if torch.compiler.is_compiling():  # what Dynamo traces: identity tests
+        return any(func is op for op in _PRECISION_OPS)
+    try:
+        return func in _PRECISION_OP_SET  # eager: one hash lookup per torch call in the block
+    except TypeError:  # an unhashable callable
+        return False
 
 
 class _SettingMode(TorchFunctionMode):
@@ -69,7 +79,7 @@ class _SettingMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if self.setting == "precision" and kwargs.get("precision") is None and any(func is op for op in _PRECISION_OPS):
+        if self.setting == "precision" and _takes_precision(func) and kwargs.get("precision") is None:
             # The thread's innermost block, not necessarily this one: blocks
             # of asyncio tasks or generators may close out of order.
             kwargs = {**kwargs, "precision": context_innermost("precision") or self.value}
