@@ -31,6 +31,7 @@ from .precision import default_precision
 _MATMULS = (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.mm, torch.Tensor.mm, torch.bmm,
             torch.Tensor.bmm)
 _ADDMMS = (torch.addmm, torch.Tensor.addmm, torch.baddbmm, torch.Tensor.baddbmm)
+_ROUTED = frozenset(_MATMULS + _ADDMMS + (F.linear,))
 
 
 @dataclass
@@ -56,6 +57,12 @@ class _RouteMatmuls(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if not torch.compiler.is_compiling():  # eager: one set lookup for the calls it does not route
+            try:
+                if func not in _ROUTED:
+                    return func(*args, **kwargs)
+            except TypeError:  # an unhashable callable
+                return func(*args, **kwargs)
         if any(func is f for f in _MATMULS):
             kind = "bmm" if func is torch.bmm or func is torch.Tensor.bmm else (
                 "mm" if func is torch.mm or func is torch.Tensor.mm else "matmul")
