@@ -1,10 +1,10 @@
-#include <optional>
 #include "matmul_args.h"
 
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include <c10/util/Exception.h>
 #include <c10/util/safe_numerics.h>
@@ -72,20 +72,9 @@ MatmulShapes check_matmul_args(const at::Tensor& a, const at::Tensor& b) {
   return s;
 }
 
-namespace {
-
-std::optional<Precision> precision_named(c10::string_view name) {
-  if (name == "tf32") return Precision::kTF32;
-  if (name == "tf32x3") return Precision::kTF32x3;
-  if (name == "ieee") return Precision::kIEEE;
-  return std::nullopt;
-}
-
-}  // namespace
-
 Precision parse_precision(std::optional<c10::string_view> precision, const char* op) {
   if (!precision.has_value()) return default_precision(op);
-  const auto p = precision_named(*precision);
+  const auto p = precision_named(std::string_view(precision->data(), precision->size()));
   TORCH_CHECK_VALUE(p.has_value(), op, ": precision must be 'tf32', 'tf32x3', 'ieee' or None, got '",
                     printable(std::string_view(precision->data(), precision->size())), "'");
   return *p;

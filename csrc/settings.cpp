@@ -5,7 +5,7 @@
 #include <atomic>
 #include <cctype>
 #include <cstdlib>
-#include <cstring>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -20,9 +20,10 @@ namespace {
 // One environment variable as the process first saw it.
 struct Variable {
   const char* name;
+  const char* advice;  // how to change the setting while the process runs, or ""
   std::optional<std::string> value;  // nullopt: unset
 
-  explicit Variable(const char* n) : name(n) { value = now(); }
+  Variable(const char* n, const char* a) : name(n), advice(a), value(now()) {}
 
   // The environment's value now; empty counts as unset.
   std::optional<std::string> now() const {
@@ -35,17 +36,10 @@ struct Variable {
   // graphs recorded before it, nor to code compiled before it.
   const std::optional<std::string>& checked(const char* op) const {
     const std::optional<std::string> current = now();
-    const bool same = current == value;
-    const bool kernel = std::strcmp(name, "PYGPUKIT_KERNEL") == 0;
-    const bool precision = !kernel && std::strcmp(name, "PYGPUKIT_STREAM_K") != 0;
-    TORCH_CHECK(same, op, ": the environment variable ", name, " changed from ", shown(value), " to ",
-                shown(current),
+    TORCH_CHECK(current == value, op, ": the environment variable ", name, " changed from ", shown(value),
+                " to ", shown(current),
                 " after the first pygpukit call read it; it is read once per process: set it before "
-                "the first call",
-                kernel      ? ", or use pygpukit_torch.force_kernel(...) to change the setting while the process runs"
-                : precision ? ", or use pygpukit_torch.default_precision(...) to change the setting while the "
-                              "process runs"
-                            : "");
+                "the first call", advice);
     return value;
   }
 
@@ -57,21 +51,19 @@ struct Variable {
 enum class Env { kPrecision, kAllowTF32, kKernel, kStreamK };
 
 const Variable& variable(Env which) {
-  static const std::array<Variable, 4> variables = {Variable("PYGPUKIT_PRECISION"), Variable("PYGPUKIT_ALLOW_TF32"),
-                                                    Variable("PYGPUKIT_KERNEL"), Variable("PYGPUKIT_STREAM_K")};
+  constexpr const char* kPrecisionAdvice =
+      ", or use pygpukit_torch.default_precision(...) to change the setting while the process runs";
+  static const std::array<Variable, 4> variables = {
+      Variable("PYGPUKIT_PRECISION", kPrecisionAdvice), Variable("PYGPUKIT_ALLOW_TF32", kPrecisionAdvice),
+      Variable("PYGPUKIT_KERNEL",
+               ", or use pygpukit_torch.force_kernel(...) to change the setting while the process runs"),
+      Variable("PYGPUKIT_STREAM_K", "")};
   return variables[size_t(which)];
 }
 
 // Overrides: -1 for none, else the enumerator's value.
 std::atomic<int> precision_override{-1};
 std::atomic<int> kernel_override{-1};
-
-std::optional<Precision> precision_named(std::string_view name) {
-  if (name == "tf32") return Precision::kTF32;
-  if (name == "tf32x3") return Precision::kTF32x3;
-  if (name == "ieee") return Precision::kIEEE;
-  return std::nullopt;
-}
 
 std::optional<ForcedKernel> kernel_named(std::string_view name) {
   for (size_t i = 0; i < std::size(kForceableKernels); ++i)
@@ -104,14 +96,23 @@ bool disallows_tf32(const std::optional<std::string>& env, const char* op) {
   return false;
 }
 
+// The overrides, as pygpukit_torch's with blocks set them (nullopt clears).
 void set_precision(std::optional<c10::string_view> precision) {
-  if (!precision) return set_precision_override(std::nullopt);
-  set_precision_override(std::string(precision->data(), precision->size()));
+  if (!precision) return precision_override.store(-1, std::memory_order_release);
+  const std::string_view name(precision->data(), precision->size());
+  const auto p = precision_named(name);
+  TORCH_CHECK_VALUE(p.has_value(), "default_precision: unknown precision '", printable(name),
+                    "'; expected 'tf32', 'tf32x3' or 'ieee'");
+  precision_override.store(int(*p), std::memory_order_release);
 }
 
 void set_kernel(std::optional<c10::string_view> kernel) {
-  if (!kernel) return set_kernel_override(std::nullopt);
-  set_kernel_override(std::string(kernel->data(), kernel->size()));
+  if (!kernel) return kernel_override.store(-1, std::memory_order_release);
+  const std::string_view name(kernel->data(), kernel->size());
+  const auto k = kernel_named(name);
+  TORCH_CHECK_VALUE(k.has_value(), "force_kernel: unknown kernel '", printable(name), "'; expected ",
+                    kernel_choices());
+  kernel_override.store(int(*k), std::memory_order_release);
 }
 
 }  // namespace
@@ -145,20 +146,11 @@ ForcedKernel forced_kernel(const char* op) {
 
 bool stream_k_allowed() { return variable(Env::kStreamK).value != "0"; }
 
-void set_precision_override(const std::optional<std::string>& precision) {
-  if (!precision) return precision_override.store(-1, std::memory_order_release);
-  const auto p = precision_named(*precision);
-  TORCH_CHECK_VALUE(p.has_value(), "default_precision: unknown precision '", printable(*precision),
-                    "'; expected 'tf32', 'tf32x3' or 'ieee'");
-  precision_override.store(int(*p), std::memory_order_release);
-}
-
-void set_kernel_override(const std::optional<std::string>& kernel) {
-  if (!kernel) return kernel_override.store(-1, std::memory_order_release);
-  const auto k = kernel_named(*kernel);
-  TORCH_CHECK_VALUE(k.has_value(), "force_kernel: unknown kernel '", printable(*kernel), "'; expected ",
-                    kernel_choices());
-  kernel_override.store(int(*k), std::memory_order_release);
+std::optional<Precision> precision_named(std::string_view name) {
+  if (name == "tf32") return Precision::kTF32;
+  if (name == "tf32x3") return Precision::kTF32x3;
+  if (name == "ieee") return Precision::kIEEE;
+  return std::nullopt;
 }
 
 // For pygpukit_torch's with blocks (precision.py, dispatch.py), which keep

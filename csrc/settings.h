@@ -9,7 +9,7 @@
 #pragma once
 
 #include <optional>
-#include <string>
+#include <string_view>
 
 #include "gemm_types.h"
 
@@ -33,9 +33,7 @@ ForcedKernel forced_kernel(const char* op);
 // the variable raises at forced_kernel, which every GPU call reads.
 bool stream_k_allowed();
 
-// Sets (a name) or clears (nullopt) an override; ValueError for a name that
-// is not a precision or forceable kernel.
-void set_precision_override(const std::optional<std::string>& precision);
-void set_kernel_override(const std::optional<std::string>& kernel);
+// The precision of that name ("tf32", "tf32x3", "ieee"), or nullopt.
+std::optional<Precision> precision_named(std::string_view name);
 
 }  // namespace pygpukit

@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .ops import PRECISIONS
+
 
 @contextlib.contextmanager
 def cublas_tf32(enabled: bool):
@@ -57,7 +59,6 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return diff / norm
 
 
-PRECISIONS = ("tf32", "tf32x3", "ieee")
 ACTIVATIONS = {
     "none": lambda z: z,
     "relu": F.relu,

@@ -395,11 +395,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, kVec16 ? Cfg::kMinBlocksPerSM :
 template <class Config, Layout kLayoutA, Layout kLayoutB, bool kVec16>
 cudaError_t launch_mma_sync_gemm(const GemmProblem& p, cudaStream_t stream) {
   constexpr int kSmem = mma_sync_smem_bytes<Config>(kLayoutA, kLayoutB);
-  auto kernel = mma_sync_detail::mma_sync_gemm_kernel<Config, kLayoutA, kLayoutB, kVec16>;
+  constexpr auto kernel = mma_sync_detail::mma_sync_gemm_kernel<Config, kLayoutA, kLayoutB, kVec16>;
   KernelReady ready;
-  const cudaError_t err =
-      prepare_kernel<mma_sync_detail::mma_sync_gemm_kernel<Config, kLayoutA, kLayoutB, kVec16>>(
-          KernelNeeds{kSmem}, &ready);
+  const cudaError_t err = prepare_kernel<kernel>(KernelNeeds{kSmem}, &ready);
   if (err != cudaSuccess) return step_result(err, "setting the kernel up");
   const dim3 grid(static_cast<unsigned>(Config::tiles(p.M, p.N)),
                   static_cast<unsigned>(p.batch < 65535 ? p.batch : 65535));
