@@ -5,7 +5,15 @@ float32 tensors with torch.matmul's shape rules on our own TF32 GEMM kernels
 (CUDA: wgmma + TMA on Hopper, mma.sync on sm_80+), or emulates the same
 arithmetic on the CPU. :func:`linear_tf32` is ``act(F.linear(x, weight,
 bias))`` with bias and activation fused into the kernel's epilogue;
-:class:`TF32Linear` and :func:`swap_linear_` put it into models.
+:class:`TF32Linear` and :func:`swap_linear_` put it into models,
+:func:`enable` routes every float32 product of a block to the ops, and
+:mod:`pygpukit_torch.testing` compares results with torch. Start at README.md;
+reference pages in docs/ (precision.md, linear_layers.md, limits.md, ...).
+
+Example:
+    >>> import torch, pygpukit_torch
+    >>> a, b = torch.randn(256, 512, device="cuda"), torch.randn(512, 128, device="cuda")
+    >>> c = pygpukit_torch.matmul_tf32(a, b)
 """
 
 import torch  # noqa: F401  (loads libtorch, which _C links against)

@@ -29,9 +29,21 @@ _context_blocks: Dict[str, contextvars.ContextVar] = {
 
 
 def context_innermost(setting: str) -> Optional[str]:
-    """The value of the innermost block of `setting` still open in this
-    thread (or asyncio task), or None; None while torch.compile traces
-    (Dynamo cannot read a ContextVar; the process-wide setting applies)."""
+    """Return the innermost block of `setting` still open in this thread or asyncio task.
+
+    Args:
+        setting: ``"precision"`` or ``"kernel"``.
+
+    Returns:
+        The block's value, or None: none is open here, or torch.compile is
+        tracing (Dynamo cannot read a ContextVar; the process-wide setting
+        applies).
+
+    Example:
+        >>> with setting_block("precision", "ieee", caller="example"):
+        ...     context_innermost("precision")
+        'ieee'
+    """
     if torch.compiler.is_compiling():
         return None
     blocks = _context_blocks[setting].get()
@@ -133,18 +145,31 @@ def _tracer() -> Optional[str]:
 
 @contextlib.contextmanager
 def setting_block(setting: str, value: str, *, caller: str, advice: str = _AROUND_THE_CALL) -> Iterator[None]:
-    """Sets `setting` ("precision" or "kernel") to `value` inside the block.
+    """Set `setting` to `value` for the duration of a ``with`` block.
 
     The setting is process-wide: while the block is the innermost open one
     it applies to calls in every thread. On exit (exceptions included) the
     setting returns to the innermost block still open, or, when none is,
     to the environment's value: blocks that overlap in several threads and
-    close out of order leave no setting behind.
+    close out of order leave no setting behind. A torch-function mode on
+    this thread's stack makes torch.compile guard on the setting.
 
-    Raises RuntimeError, naming `caller` and ending with `advice`, when
-    entered while a tracer records a graph (torch.compile, torch.export,
-    make_fx, torch.fx.symbolic_trace, torch.jit.trace): the graph would
-    not keep the setting."""
+    Args:
+        setting: ``"precision"`` or ``"kernel"``.
+        value: the value to set (already checked by the caller).
+        caller: the public function's name, for the error message.
+        advice: how to avoid the error, ending the message.
+
+    Raises:
+        RuntimeError: naming `caller` and ending with `advice`, when entered
+            while a tracer records a graph (torch.compile, torch.export,
+            make_fx, torch.fx.symbolic_trace, torch.jit.trace): the graph
+            would not keep the setting.
+
+    Example:
+        >>> with setting_block("kernel", "mma_sync", caller="force_kernel"):
+        ...     c = pygpukit_torch.matmul_tf32(a, b)
+    """
     # Dynamo's check stays here rather than in _tracer: from inside that
     # helper, a torch.compile'd function without fullgraph raised this error
     # instead of running the block eagerly after the graph break. The message
@@ -178,7 +203,18 @@ def setting_block(setting: str, value: str, *, caller: str, advice: str = _AROUN
 
 
 def innermost(setting: str) -> Optional[str]:
-    """The value of the innermost open block of `setting`, or None."""
+    """Return the value of the innermost open block of `setting` in any thread.
+
+    Args:
+        setting: ``"precision"`` or ``"kernel"``.
+
+    Returns:
+        The value, or None when no block of `setting` is open.
+
+    Example:
+        >>> innermost("precision") is None  # outside every default_precision block
+        True
+    """
     with _lock:
         blocks = _open.get(setting)
         return blocks[-1][1] if blocks else None

@@ -4,17 +4,9 @@ The C++ dispatcher (csrc/cuda/dispatch.cu) picks a kernel per call from the
 GPU, the shape, the layouts and the alignment. :func:`force_kernel` overrides
 that choice for the duration of a ``with`` block; ``PYGPUKIT_KERNEL``, read
 once per process at the first CUDA call, sets the override for the whole
-process (a name that is not in ``KERNELS`` raises ValueError at every CUDA
-call; changing the variable later raises RuntimeError). A forced kernel that
-cannot run a given problem (``wgmma`` off Hopper, ``mma_sync_large`` with
-unaligned operands, ``skinny`` with more than 64 rows, ``gemv`` with more
-than 16 on a K-major weight or 64 on a row-major one) falls back to the
-automatic choice; :func:`pygpukit_torch.kernel_info` tells what a call
-actually runs. CPU tensors always run the CPU emulation.
-
-Compiled code follows the block around its call in every torch.compile mode
-(a change recompiles, CUDA graphs included); a CUDA graph captured by hand
-replays the kernels it recorded.
+process. The names, the fallback rules and the behaviour under
+torch.compile: docs/precision.md ("Choosing a kernel"); the dispatcher's
+rules: docs/design.md.
 """
 
 from __future__ import annotations
@@ -35,6 +27,12 @@ KERNELS = tuple(torch.ops.pygpukit._forceable_kernels())
 def force_kernel(kernel: Optional[str]) -> Iterator[None]:
     """Run the pygpukit GEMMs of the block on one kernel family, for tests and benchmarks.
 
+    A kernel that cannot run a problem falls back to the automatic choice
+    (:func:`pygpukit_torch.kernel_info` says what runs); with
+    ``precision="ieee"`` every forced kernel but ``gemv`` runs the FMA
+    kernel; CPU tensors are not affected. The override is process-wide, as
+    :func:`pygpukit_torch.default_precision` is (docs/precision.md).
+
     Args:
         kernel: one of ``KERNELS``: ``"wgmma"`` (Hopper, TMA + wgmma),
             ``"wgmma_swap_ab"`` (its variants that read a row-major B in
@@ -52,12 +50,6 @@ def force_kernel(kernel: Optional[str]) -> Iterator[None]:
         RuntimeError: entered inside code that torch.compile, torch.export,
             make_fx, torch.fx.symbolic_trace or torch.jit.trace records; enter
             it around the call of the compiled function instead.
-
-    A kernel that cannot run a problem falls back to the automatic choice
-    (:func:`pygpukit_torch.kernel_info` says what runs); with
-    ``precision="ieee"`` every forced kernel but ``gemv`` runs the FMA
-    kernel; CPU tensors are not affected. The override is process-wide
-    (see the module docstring and the README's "Precision semantics").
 
     Example:
         >>> with pygpukit_torch.force_kernel("mma_sync"):

@@ -11,6 +11,7 @@ that each rank's local product runs on our kernel.
 
 ``pygpukit_torch/__init__.py`` imports this module when ``torch.distributed``
 is available, which registers the rule of every operator this build has.
+Reference: docs/multi_gpu.md.
 """
 
 from __future__ import annotations
@@ -39,19 +40,26 @@ def _shard_if_present(spec, dim: int, size: int):
 
 
 def matmul_strategies(a, b, *, precision: Optional[str] = None) -> List[Strategy]:
-    """Placements under which ``matmul_tf32(a, b)`` (torch.matmul's shape
-    rules) runs shard by shard, the cases DTensor allows ``aten.bmm``:
+    """List the placements under which ``matmul_tf32(a, b)`` runs shard by shard.
 
-    * everything replicated;
-    * a batch dimension of the output sharded, each operand sharded on it
-      where it has that dimension unbroadcast and replicated otherwise;
-    * M sharded: ``a`` sharded on its rows, ``b`` replicated;
-    * N sharded: ``a`` replicated, ``b`` sharded on its columns
-      (``ColwiseParallel`` on a ``TF32Linear``);
-    * K sharded: both operands sharded on the contracted dimension, each rank
-      holding a partial sum of the output (``RowwiseParallel``).
+    The cases DTensor allows ``aten.bmm``: everything replicated; a batch
+    dimension of the output sharded (each operand sharded on it where it
+    has that dimension unbroadcast, replicated otherwise); M sharded (``a``
+    on its rows, ``b`` replicated); N sharded (``a`` replicated, ``b`` on
+    its columns: ``ColwiseParallel`` on a ``TF32Linear``); K sharded (both
+    on the contracted dimension, the output a partial sum:
+    ``RowwiseParallel``).
 
-    `a` and `b` are DTensor's specs of the operands (``.ndim``, ``.shape``).
+    Args:
+        a, b: DTensor's specs of the operands (``.ndim``, ``.shape``).
+        precision: the operator's precision argument (any value).
+
+    Returns:
+        ``(output placements, input placements)`` pairs for one mesh
+        dimension, as ``register_sharding`` takes them.
+
+    Example:
+        >>> register_sharding_rule(torch.ops.pygpukit.matmul_tf32.default, matmul_strategies)
     """
     from torch.distributed.tensor import Partial, Replicate, Shard
 
@@ -75,21 +83,30 @@ def matmul_strategies(a, b, *, precision: Optional[str] = None) -> List[Strategy
 
 def linear_strategies(x, weight, bias=None, activation: str = "none", *,
                       precision: Optional[str] = None) -> List[Strategy]:
-    """Placements under which ``linear_tf32(x, weight, bias, activation)``,
-    ``activation(x @ weight.T + bias)`` with ``weight[N, K]``, runs shard by
-    shard:
+    """List the placements under which ``linear_tf32(x, weight, bias, activation)`` runs shard by shard.
 
-    * everything replicated;
-    * a leading dimension of ``x`` sharded, weight and bias replicated;
-    * column-wise: ``x`` replicated, weight and bias sharded on N, the output
-      sharded on its last dimension (any activation: it is elementwise);
-    * row-wise: ``x`` sharded on K, the weight on its columns, the output a
-      partial sum. Only without activation, which does not commute with the
-      sum. A bias is then ``Partial()`` too, so that the reduction adds it
-      once: DTensor makes a replicated bias partial by dividing it by the
-      mesh size on every rank, as its ``aten.addmm`` rule does for
-      ``nn.Linear`` under ``RowwiseParallel`` (exact for power-of-two sizes,
-      within an ulp otherwise).
+    Everything replicated; a leading dimension of ``x`` sharded, weight and
+    bias replicated; column-wise: ``x`` replicated, weight and bias sharded
+    on N, the output sharded on its last dimension (any activation: it is
+    elementwise); row-wise: ``x`` sharded on K, the weight on its columns,
+    the output a partial sum, only without activation (which does not
+    commute with the sum). A bias is then ``Partial()`` too, so that the
+    reduction adds it once: DTensor makes a replicated bias partial by
+    dividing it by the mesh size on every rank, as its ``aten.addmm`` rule
+    does for ``nn.Linear`` under ``RowwiseParallel`` (exact for power-of-two
+    sizes, within an ulp otherwise).
+
+    Args:
+        x, weight, bias: DTensor's specs of the operands (bias may be None).
+        activation: the operator's activation argument.
+        precision: the operator's precision argument (any value).
+
+    Returns:
+        ``(output placements, input placements)`` pairs for one mesh
+        dimension, None standing for an absent bias.
+
+    Example:
+        >>> register_sharding_rule(torch.ops.pygpukit.linear_tf32.default, linear_strategies)
     """
     from torch.distributed.tensor import Partial, Replicate, Shard
 
@@ -128,10 +145,21 @@ def _every_scalar_argument_static(op):
 
 
 def register_sharding_rule(op, strategies: Callable[..., Sequence[Strategy]]) -> bool:
-    """Makes `strategies` (called with the operator's arguments, DTensor specs
-    in place of tensors) the DTensor sharding rule of the OpOverload `op`.
-    Returns False, registering nothing, on a torch without
-    ``register_sharding`` (before 2.5)."""
+    """Make `strategies` the DTensor sharding rule of the OpOverload `op`.
+
+    Args:
+        op: the operator overload, e.g. ``torch.ops.pygpukit.matmul_tf32.default``.
+        strategies: called with the operator's arguments, DTensor specs in
+            place of tensors; returns ``(output, inputs)`` placement pairs.
+
+    Returns:
+        True if registered; False, registering nothing, on a torch without
+        ``register_sharding`` (before 2.5).
+
+    Example:
+        >>> register_sharding_rule(torch.ops.pygpukit.matmul_tf32.default, matmul_strategies)
+        True
+    """
     try:
         from torch.distributed.tensor import DTensor
         from torch.distributed.tensor.experimental import register_sharding
@@ -151,8 +179,16 @@ RULES: Dict[str, Callable[..., Sequence[Strategy]]] = {
 
 
 def register_sharding_rules() -> List[str]:
-    """Registers the rule of each operator in :data:`RULES` that exists;
-    returns their names (none on a torch without ``register_sharding``)."""
+    """Register the rule of each operator in :data:`RULES` that this build has.
+
+    Returns:
+        The names of the operators registered (none on a torch without
+        ``register_sharding``).
+
+    Example:
+        >>> register_sharding_rules()
+        ['matmul_tf32', 'linear_tf32']
+    """
     registered = [name for name, strategies in RULES.items()
                   if hasattr(torch.ops.pygpukit, name)
                   and register_sharding_rule(getattr(torch.ops.pygpukit, name).default, strategies)]

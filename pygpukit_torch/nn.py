@@ -7,6 +7,7 @@ what a TF32Linear can represent faithfully (exact ``nn.Linear``, float32,
 real Parameters, no hooks). Which layers are worth replacing is a separate,
 replaceable policy (:func:`default_policy`), and the caller's
 ``filter_fn(module, fqn)`` narrows it further, as in torchao's ``quantize_``.
+Reference: docs/linear_layers.md.
 """
 
 from __future__ import annotations
@@ -42,22 +43,21 @@ def _check_options(activation: Optional[str], precision: Optional[str], caller: 
 
 
 class TF32Linear(nn.Linear):
-    """Drop-in ``nn.Linear`` computing ``act(x @ weight.T + bias)`` with
-    :func:`pygpukit_torch.linear_tf32`: TF32 tensor cores, bias and activation
-    fused into the kernel's epilogue.
+    """Drop-in ``nn.Linear`` computing ``act(x @ weight.T + bias)`` with :func:`pygpukit_torch.linear_tf32`.
 
-    Same parameters (float32 ``weight[out_features, in_features]``, optional
-    ``bias[out_features]``), same ``state_dict`` keys and ``extra_repr`` as
-    ``nn.Linear`` (plus ``activation=...`` when there is one), so a checkpoint
-    loads into either class. The activation is a plain attribute, not state.
+    Same parameters, ``state_dict`` keys and ``extra_repr`` as ``nn.Linear``
+    (plus ``activation=`` / ``precision=`` when set), so a checkpoint loads
+    into either class; ``activation`` and ``precision`` are plain
+    attributes, checked when set. More in docs/linear_layers.md.
 
     Args:
-        in_features, out_features, bias, device, dtype: as ``nn.Linear``.
+        in_features, out_features, bias, device: as ``nn.Linear``.
+        dtype: ``None`` or ``torch.float32`` (the op's only dtype).
         activation: ``"none"`` (default; ``None`` means the same),
             ``"relu"``, ``"gelu"``, ``"gelu_tanh"`` or ``"silu"``, applied
-            after the bias.
+            after the bias in the kernel's epilogue.
         precision: ``"tf32"``, ``"tf32x3"``, ``"ieee"`` or ``None``, as for
-            matmul_tf32.
+            :func:`pygpukit_torch.matmul_tf32`.
 
     Shapes: input ``[..., in_features]`` float32, output ``[..., out_features]``.
 
@@ -65,9 +65,14 @@ class TF32Linear(nn.Linear):
         ValueError: an unknown activation or precision, or a dtype other than
             float32 (at construction).
         TypeError: an activation or precision that is not a string (or None).
-        RuntimeError: from forward, an input that is not float32 or whose last
-            dimension is not ``in_features``, or parameters converted to
-            another dtype after construction (``model.half()``).
+        RuntimeError: from forward, an input that is not a dense float32
+            tensor or whose last dimension is not ``in_features``, or
+            parameters converted to another dtype after construction
+            (``model.half()``).
+
+    Example:
+        >>> layer = TF32Linear(4096, 14336, activation="silu", device="cuda")
+        >>> y = layer(torch.randn(8, 4096, device="cuda"))
     """
 
     # The attributes' types for torch.jit.script, which otherwise types each
@@ -79,9 +84,7 @@ class TF32Linear(nn.Linear):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
                  activation: Optional[str] = "none", precision: Optional[str] = None):
-        """nn.Linear's arguments (dtype None or float32), plus the fused
-        ``activation`` and the ``precision`` of :func:`linear_tf32`; see the
-        class docstring."""
+        """Create the layer; the arguments are those of the class docstring."""
         activation = _check_options(activation, precision)
         if dtype is not None and dtype != torch.float32:
             raise ValueError(f"TF32Linear: parameters must be float32 (the op's only dtype), got dtype={dtype}")
@@ -146,9 +149,19 @@ class TF32Linear(nn.Linear):
     @classmethod
     def from_linear(cls, linear: nn.Linear, *, activation: Optional[str] = "none",
                     precision: Optional[str] = None) -> "TF32Linear":
-        """A TF32Linear around the very same Parameter objects as `linear`
-        (tied weights stay tied; optimizers holding them keep working). It
-        computes nn.Linear's forward: a subclass's own forward is not run.
+        """Wrap `linear`'s very Parameter objects in a TF32Linear.
+
+        Tied weights stay tied and optimizers holding the Parameters keep
+        working. The new module computes nn.Linear's forward: a subclass's
+        own forward is not run.
+
+        Args:
+            linear: the ``nn.Linear`` to stand in for.
+            activation: the fused activation, as for the constructor.
+            precision: as for the constructor.
+
+        Returns:
+            A new TF32Linear holding ``linear.weight`` and ``linear.bias``.
 
         Raises:
             ValueError: `linear` holds what the new module would not carry or
@@ -158,6 +171,9 @@ class TF32Linear(nn.Linear):
                 an unknown activation or precision.
             TypeError: `linear` not an nn.Linear, or an activation or
                 precision that is not a string (or None).
+
+        Example:
+            >>> layer = TF32Linear.from_linear(model.fc, activation="relu")
         """
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"TF32Linear.from_linear: expected an nn.Linear, got {type(linear).__name__}")
@@ -168,8 +184,14 @@ class TF32Linear(nn.Linear):
         return _around_same_parameters(cls, linear, activation=activation, precision=precision)
 
     def to_linear(self) -> nn.Linear:
-        """A plain nn.Linear around the same Parameter objects (the fused
-        activation, if any, is not part of it)."""
+        """Return a plain nn.Linear around the same Parameter objects.
+
+        Returns:
+            A new ``nn.Linear``; the fused activation, if any, is not part of it.
+
+        Example:
+            >>> linear = layer.to_linear()
+        """
         return _around_same_parameters(nn.Linear, self)
 
 
@@ -231,8 +253,20 @@ MIN_SWAP_WEIGHT_ELEMENTS = 128 * 128
 
 
 def default_policy(module: nn.Linear, fqn: str) -> Optional[str]:
-    """None to swap `module`, else the reason not to: layers with fewer than
-    MIN_SWAP_WEIGHT_ELEMENTS weights are not worth a custom kernel."""
+    """The default swap policy: skip layers with fewer than ``MIN_SWAP_WEIGHT_ELEMENTS`` weights.
+
+    Args:
+        module: the candidate ``nn.Linear``.
+        fqn: its fully qualified name in the model (unused).
+
+    Returns:
+        None to swap `module`, else the reason not to (small layers are not
+        worth a custom kernel; see the comment on MIN_SWAP_WEIGHT_ELEMENTS).
+
+    Example:
+        >>> default_policy(nn.Linear(64, 64), "fc")
+        'small layer (64 -> 64, 4096 weights < MIN_SWAP_WEIGHT_ELEMENTS = 16384)'
+    """
     size = module.in_features * module.out_features
     if size < MIN_SWAP_WEIGHT_ELEMENTS:
         return (f"small layer ({module.in_features} -> {module.out_features}, {size} weights < "
@@ -246,12 +280,19 @@ def default_policy(module: nn.Linear, fqn: str) -> Optional[str]:
 class SwapReport:
     """What swap_linear_ did, by fully qualified module name.
 
-    swapped: every Linear replaced by a TF32Linear; fused: the subset that
-    absorbed the activation module after it, with that activation's name;
-    skipped: (name, reason) for every Linear left alone; bypassable: (name,
-    when) for swapped layers whose parent module does not always call them
-    (e.g. ``nn.TransformerEncoderLayer``'s fused inference fast path reads
-    their weights directly): those calls do not run on pygpukit.
+    Attributes:
+        swapped: every Linear replaced by a TF32Linear.
+        fused: ``(name, activation)`` for the swapped layers that absorbed
+            the activation module after them.
+        skipped: ``(name, reason)`` for every Linear left alone.
+        bypassable: ``(name, when)`` for swapped layers whose parent module
+            does not always call them (e.g. ``nn.TransformerEncoderLayer``'s
+            fused inference fast path reads their weights directly): those
+            calls do not run on pygpukit.
+
+    Example:
+        >>> swap_linear_(model)
+        >>> print(model.pygpukit_swap_report.summary())
     """
 
     swapped: List[str] = field(default_factory=list)
@@ -260,8 +301,12 @@ class SwapReport:
     bypassable: List[Tuple[str, str]] = field(default_factory=list)
 
     def summary(self) -> str:
-        """One line: how many layers were swapped (and fused), how many
-        skipped, and how many for each reason; ``repr(report)`` names them."""
+        """Summarize the report in one line.
+
+        Returns:
+            How many layers were swapped (and fused), how many skipped, and
+            how many for each reason; ``repr(report)`` names them.
+        """
         text = f"swapped {len(self.swapped)} nn.Linear layer(s)"
         if self.fused:
             text += f" ({len(self.fused)} with a fused activation)"
@@ -430,58 +475,35 @@ def _check_callable(caller: str, name: str, fn, returns: str) -> None:
 def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, activation_fusion: bool = False,
                  precision: Optional[str] = None, policy: Optional[Policy] = default_policy,
                  swap_subclasses: bool = False) -> nn.Module:
-    """Replaces, in place, the ``nn.Linear`` modules of `model` with
-    :class:`TF32Linear` modules around the very same Parameter objects.
+    """Replace, in place, the ``nn.Linear`` modules of `model` with TF32Linear modules around the same Parameters.
 
-    A Linear (at any depth, including inside ``nn.Sequential``,
-    ``nn.ModuleList`` and ``nn.ModuleDict``, or `model` itself) is swapped
-    unless, in this order:
-
-    * a TF32Linear could not reproduce it: an unmaterialized ``LazyLinear``,
-      a subclass of nn.Linear (unless ``swap_subclasses``), extra
-      parameters/buffers, a weight or bias that is not a Parameter (e.g. a
-      bias registered as a buffer) or module hooks (e.g. ``weight_norm``),
-      non-float32 parameters;
-    * it would never run: a Linear that its parent module uses without
-      calling it (``nn.MultiheadAttention``'s ``out_proj``);
-    * ``filter_fn(module, fqn)`` is false;
-    * ``policy(module, fqn)`` returns a reason (``policy=None`` swaps every
-      layer that passes the checks above). The default policy skips layers
-      of fewer than ``MIN_SWAP_WEIGHT_ELEMENTS`` = 16384 weights (128 x 128).
-
-    Layers left alone for a reason of the first two kinds (or inside a
-    TorchScript module) raise one ``UserWarning`` naming how many and why:
-    those products keep running on torch. Layers on the meta device (a model
-    built under ``with torch.device("meta"):``) are swapped like others;
-    ``model.to_empty(device=...)`` then ``load_state_dict(...)`` gives them
-    their weights.
-
-    Swapped layers that their parent module sometimes bypasses
-    (``nn.TransformerEncoderLayer``'s fused fast path in eval mode without
-    gradients) are listed in the report's ``bypassable`` and logged as a
-    warning: those calls do not run on pygpukit.
+    Walks any nesting (``nn.Sequential``, ``nn.ModuleList``,
+    ``nn.ModuleDict``, `model` itself). A Linear is skipped, with the reason
+    in the report, if a TF32Linear could not reproduce it (a lazy layer, a
+    subclass unless `swap_subclasses`, extra state or hooks, a replaced
+    ``forward``, non-float32 parameters or shapes other than nn.Linear's),
+    if it would never run (``nn.MultiheadAttention``'s ``out_proj``), if it
+    lies inside a TorchScript module, or if `filter_fn` or `policy` rejects
+    it. Skips of the first kinds raise one ``UserWarning``. The full rules,
+    activation fusion, the meta device and bypassed layers:
+    docs/linear_layers.md.
 
     Args:
         model: any module; it is modified in place.
-        filter_fn: ``(module, fully qualified name) -> bool``, true to swap
-            (any truthy value but a string; a string raises TypeError, as a
-            policy's reason would be read the other way round).
+        filter_fn: ``(module, fqn) -> bool``, true to swap (a string raises
+            TypeError: a policy's reason would read the other way round).
         activation_fusion: if True, a swapped Linear directly followed by
-            ``nn.ReLU``, ``nn.GELU`` (either approximation) or ``nn.SiLU``
-            in an ``nn.Sequential`` takes that activation into its epilogue,
-            and the activation module becomes ``nn.Identity``. This assumes
-            that the Sequential is called as a whole: code that indexes it
-            and calls the Linear on its own (e.g. to keep the
-            pre-activation) then gets the activation from the Linear, which
-            changes its results; leave fusion off for such models.
+            ``nn.ReLU``, ``nn.GELU`` or ``nn.SiLU`` in an ``nn.Sequential``
+            takes that activation into its epilogue, and the activation
+            module becomes ``nn.Identity`` (assumes the Sequential is called
+            as a whole).
         precision: the new modules' precision (see matmul_tf32).
-        policy: ``(module, fqn) -> reason or None``: None swaps, a
-            non-empty string skips and is the reason reported; anything
-            else raises TypeError. Default :func:`default_policy` (skips
-            small layers).
+        policy: ``(module, fqn) -> None`` to swap or a non-empty reason
+            string to skip; default :func:`default_policy` (skips layers of
+            fewer than ``MIN_SWAP_WEIGHT_ELEMENTS`` = 128 x 128 weights);
+            ``None`` swaps every eligible layer.
         swap_subclasses: also swap subclasses of nn.Linear (their own
-            forward, if any, is then not used; a warning names each such
-            layer).
+            forward, if any, is then not used; a warning names each).
 
     Returns:
         `model`, or the new TF32Linear when `model` itself is a swapped
@@ -492,13 +514,17 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
     Raises:
         ValueError: an unknown precision.
         TypeError: a model that is not an nn.Module or is a TorchScript
-            module (Linear layers inside a scripted submodule are skipped,
-            with the reason), a precision that is not
-            a string, a filter_fn or policy that is not callable, a
-            filter_fn that returns a string, or a policy that
-            returns something other than None or a non-empty string.
+            module, a precision that is not a string, a filter_fn or policy
+            that is not callable, a filter_fn that returns a string, or a
+            policy that returns something other than None or a non-empty
+            string.
         Whatever `filter_fn` or `policy` raises. In every case the model is
         left as it was: layers already swapped are put back.
+
+    Example:
+        >>> model = nn.Sequential(nn.Linear(512, 512), nn.GELU(), nn.Linear(512, 512)).cuda()
+        >>> swap_linear_(model, activation_fusion=True).pygpukit_swap_report.summary()
+        'swapped 2 nn.Linear layer(s) (1 with a fused activation), skipped 0'
     """
     _check_model("swap_linear_", model)
     _check_callable("swap_linear_", "filter_fn", filter_fn, "bool")
@@ -623,27 +649,33 @@ def swap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None, acti
 
 
 def unswap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None) -> nn.Module:
-    """Puts back, in place of every :class:`TF32Linear` in `model` (those for
-    which ``filter_fn(module, fqn)`` is true, if given), the very module
-    swap_linear_ replaced (or, for a TF32Linear it did not create or whose
+    """Put back the modules that swap_linear_ replaced.
+
+    In place of every :class:`TF32Linear` in `model` (those for which
+    ``filter_fn(module, fqn)`` is true, if given) goes the very module
+    swap_linear_ replaced, or, for a TF32Linear it did not create or whose
     Parameters were reassigned since, a plain ``nn.Linear`` around its
-    Parameters), and the original activation module back in place of the
-    ``nn.Identity`` that activation fusion left. A TF32Linear with an activation that swap_linear_ did not
-    fuse (or that was changed after the swap) has no module to restore it to
-    and stays (a warning is logged), and
-    so does one holding state that the restored module would drop: a
-    parametrization or pruning, other parameters or buffers, or module hooks
-    (e.g. added after the swap).
+    Parameters; fused activation modules return in place of their
+    ``nn.Identity``. A TF32Linear is kept, with a logged warning, when its
+    activation has no matching module to restore or when it holds state
+    the restored module would drop (a parametrization, pruning, other
+    parameters or buffers, module hooks). The ``pygpukit_swap_report`` on
+    `model` is removed. More in docs/linear_layers.md.
 
-    The ``pygpukit_swap_report`` that swap_linear_ left on `model` is
-    removed: it describes a swap that no longer holds.
+    Args:
+        model: the swapped module; it is modified in place.
+        filter_fn: ``(module, fqn) -> bool``, true to restore that layer.
 
-    Returns `model`, or the new nn.Linear when `model` itself is a TF32Linear.
+    Returns:
+        `model`, or the new nn.Linear when `model` itself is a TF32Linear.
 
     Raises:
         TypeError: a model that is not an nn.Module or is a TorchScript
-            module, or a filter_fn that is not callable or
-            returns a string (see swap_linear_).
+            module, or a filter_fn that is not callable or returns a string
+            (see swap_linear_).
+
+    Example:
+        >>> unswap_linear_(swap_linear_(model))
     """
     _check_model("unswap_linear_", model)
     _check_callable("unswap_linear_", "filter_fn", filter_fn, "bool")
@@ -707,12 +739,26 @@ def unswap_linear_(model: nn.Module, *, filter_fn: Optional[FilterFn] = None) ->
 
 @contextlib.contextmanager
 def swapped_linear(model: nn.Module, **swap_kwargs) -> Iterator[nn.Module]:
-    """``with swapped_linear(model, **kwargs) as m:`` runs the body with
-    `model`'s Linear layers swapped (:func:`swap_linear_` with `swap_kwargs`;
-    `m` is `model`, or the new module when `model` is itself a Linear), then
-    restores exactly the modules it swapped, also when the body raises.
-    TF32Linear modules that existed before are left as they were.
-    Raises what swap_linear_ raises, before the body runs."""
+    """Swap `model`'s Linear layers for the duration of a ``with`` block.
+
+    On exit (exceptions included) exactly the modules it swapped are
+    restored; TF32Linear modules that existed before are left as they were.
+
+    Args:
+        model: the module to swap.
+        **swap_kwargs: passed to :func:`swap_linear_`.
+
+    Returns:
+        (as the ``with`` target) `model`, or the new module when `model` is
+        itself a Linear.
+
+    Raises:
+        What :func:`swap_linear_` raises, before the body runs.
+
+    Example:
+        >>> with swapped_linear(model, filter_fn=lambda m, fqn: "lm_head" not in fqn) as m:
+        ...     y = m(x)
+    """
     _check_model("swapped_linear", model)
     before = {id(m) for m in model.modules() if isinstance(m, TF32Linear)}
     swapped = swap_linear_(model, **swap_kwargs)

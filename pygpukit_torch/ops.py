@@ -141,55 +141,30 @@ def _utf8(text: str) -> bool:
 
 
 def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = None) -> torch.Tensor:
-    """``a @ b`` for float32 tensors on TF32 tensor cores (CUDA), or an
-    emulation of their arithmetic (CPU).
+    """``a @ b`` for float32 tensors on TF32 tensor cores (CUDA), or an emulation of their arithmetic (CPU).
 
-    Shapes follow :func:`torch.matmul`: 1-D·1-D (dot), 1-D·2-D, 2-D·1-D,
-    2-D·2-D, and batched N-D operands whose batch dimensions broadcast.
-    The result is a new contiguous float32 tensor on the operands' device.
+    Shapes follow :func:`torch.matmul` (1-D and batched N-D operands, batch
+    dimensions broadcast). Row- and column-major operands (e.g. ``x.mT``) are
+    read in place; other strides are copied once. Differentiable: both
+    gradients are matmul_tf32 products at the same precision (with ``None``,
+    the default when ``backward()`` runs, or the precision of a
+    :func:`~pygpukit_torch.default_precision` block open in the calling
+    thread). Precision semantics: docs/precision.md; limits: docs/limits.md.
 
     Args:
         a, b: float32 tensors on the same device (CPU or CUDA), at least 1-D.
-            Row-major and column-major (e.g. ``x.mT``) operands are read in
-            place; other strides are copied once.
-        precision: ``"tf32"``: inputs rounded to TF32 (10 mantissa bits, round
-            to nearest), products accumulated in FP32 on tensor cores; relative
-            error about 3e-4, like cuBLAS TF32. ``"tf32x3"``: 3xTF32, each input
-            split into a TF32 "big" part and a TF32 "small" remainder and
-            ``a_small·b_big + a_big·b_small + a_big·b_big`` accumulated in FP32
-            on tensor cores, at about a quarter of TF32's rate; relative error
-            about 4e-7 at large K (H200, 4096^3: 3.6e-7, cuBLAS FP32 1.15e-6;
-            for K below a few hundred FP32 is better; the README's "Precision
-            semantics" says why). ``"ieee"``: plain FP32 arithmetic, no
-            tensor cores.
-            Exception, on CUDA: a few rows of ``a`` with the weight read in
-            place (``x @ w.mT`` or ``x @ W``, 16-byte aligned) run a GEMV
-            kernel in plain FP32, unless :func:`pygpukit_torch.force_kernel`
-            names another kernel: one row for every precision; in
-            ``"tf32"`` up to 4 rows of ``x @ w.mT`` and 8 of ``x @ W``; in
-            ``"tf32x3"`` up to 8 and 16 (48 off Hopper); in ``"ieee"`` up to
-            16 and 32. Such rows
-            are bound by the weight's bytes, so tensor cores save little or
-            no time there.
-            ``None`` (default): the default precision, that of the
-            innermost open :func:`pygpukit_torch.default_precision` block,
-            else of the environment variables read at the first call
-            (``PYGPUKIT_PRECISION``, ``PYGPUKIT_ALLOW_TF32``; see
-            :mod:`pygpukit_torch.precision`), else ``"tf32"``. PyTorch's own
-            TF32 settings are not consulted.
-            On the CPU every precision is emulated: inputs rounded (ties to
-            even) or split the same way, products accumulated in float64;
-            those rows too (the CPU does not emulate the GEMVs' FP32).
+        precision: ``"tf32"`` (inputs rounded to TF32, FP32 accumulation;
+            relative error ~3e-4, as cuBLAS TF32), ``"tf32x3"`` (3xTF32:
+            ~4e-7, below cuBLAS FP32's at large K), ``"ieee"`` (plain FP32,
+            no tensor cores), or ``None`` (default): the default precision
+            (innermost ``default_precision`` block, else
+            ``PYGPUKIT_PRECISION`` / ``PYGPUKIT_ALLOW_TF32``, else
+            ``"tf32"``). On CUDA a few rows of ``a`` with the weight read in
+            place run an FP32 GEMV at every precision (docs/precision.md).
 
-    Differentiable (csrc/autograd.cpp): ``grad_a = grad @ bᵀ`` and ``grad_b =
-    aᵀ @ grad`` are matmul_tf32 products at the ``precision`` the call named
-    (with ``None``, the default when ``backward()`` runs, except that a
-    call made inside a :func:`pygpukit_torch.default_precision` block in
-    the same thread records the block's precision), with the
-    transposes read in place and broadcast batch dimensions summed back;
-    ``a`` is saved only if ``b`` needs a gradient and vice versa. Outside grad
-    mode, or when no input requires grad, nothing is saved and no graph node
-    is made.
+    Returns:
+        A new contiguous float32 tensor of ``torch.matmul(a, b)``'s shape on
+        the operands' device.
 
     Raises:
         RuntimeError: 0-D operands, a dtype other than float32, operands on
@@ -200,6 +175,10 @@ def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
             tensor-like (an object with ``__torch_function__``, which then
             handles the call), or a ``precision`` that is not a string or
             None.
+
+    Example:
+        >>> a, b = torch.randn(128, 64, device="cuda"), torch.randn(64, 256, device="cuda")
+        >>> c = pygpukit_torch.matmul_tf32(a, b, precision="tf32x3")
     """
     _check_precision_type("matmul_tf32", precision)
     return _checked_on_failure(lambda: _MATMUL_TF32(a, b, precision=precision),
@@ -207,29 +186,33 @@ def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
 
 
 def kernel_info(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = None) -> str:
-    """Name of the kernel and tile configuration ``matmul_tf32(a, b,
-    precision=precision)`` would run for these operands, e.g. ``"wgmma
-    128x256x32 stages 4 cluster 2x1 (A row-major, B column-major)"`` on an
-    H100/H200, or ``"cpu (TF32 inputs rounded to nearest even, float64
-    accumulation)"`` for CPU tensors. Launches nothing.
+    """Name the kernel and tile configuration ``matmul_tf32(a, b, precision=precision)`` would run.
 
-    Meta tensors, and the fake tensors of ``FakeTensorMode`` (whatever
-    device they report), have no data to choose a kernel by: for them it
-    checks the arguments as :func:`matmul_tf32` does, raising its errors
-    (worded as ``matmul_tf32``'s), and returns ``"none (meta or fake
-    tensors: ...)"``. A string cannot be part of a compiled graph, so inside a
-    ``torch.compile``'d function the call is a graph break (it runs eagerly
-    on the real tensors and returns the real answer), which ``fullgraph=True``
-    reports as an error (``torch._dynamo.exc.Unsupported``): call it outside
-    the compiled function.
+    Launches nothing. For meta tensors and those of ``FakeTensorMode`` it
+    checks the arguments as :func:`matmul_tf32` does and returns ``"none
+    (meta or fake tensors: ...)"``. Inside a ``torch.compile``'d function
+    the call is a graph break (an error with ``fullgraph=True``): call it
+    outside. More in docs/precision.md ("Choosing a kernel").
 
-    Inside ``torch.func.vmap`` the operands are per-sample views of the
-    batched tensors the kernel would really run on, so the call raises;
-    call it outside, on the batched operands.
+    Args:
+        a, b: the operands, as for :func:`matmul_tf32`.
+        precision: as for :func:`matmul_tf32`.
+
+    Returns:
+        A description such as ``"wgmma 128x256x32 stages 4 cluster 2x1 (A
+        row-major, B column-major)"`` on an H100/H200, or ``"cpu (TF32
+        inputs rounded to nearest even, float64 accumulation)"`` for CPU
+        tensors.
 
     Raises:
-        RuntimeError, ValueError, TypeError: as :func:`matmul_tf32` for the same arguments.
-        RuntimeError: inside ``torch.func.vmap``.
+        RuntimeError, ValueError, TypeError: as :func:`matmul_tf32` for the
+            same arguments.
+        RuntimeError: inside ``torch.func.vmap`` (call it outside, on the
+            batched operands).
+
+    Example:
+        >>> x, w = torch.randn(8, 4096, device="cuda"), torch.randn(1024, 4096, device="cuda")
+        >>> pygpukit_torch.kernel_info(x, w.mT)  # what linear_tf32(x, w) runs
     """
     _check_wrapper_args("kernel_info", precision, a=a, b=b)
     if any(_is_vmapped(t) for t in (a, b)):
@@ -356,19 +339,16 @@ def _(a, b, *, precision=None):
 
 def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
                 activation: Optional[str] = "none", *, precision: Optional[str] = None) -> torch.Tensor:
-    """``act(x @ weight.T + bias)``, :func:`torch.nn.functional.linear` plus an
-    activation, fused on TF32 tensor cores.
+    """``act(x @ weight.T + bias)``: :func:`torch.nn.functional.linear` plus an activation, fused on TF32 tensor cores.
 
-    On CUDA, bias and activation are applied in the kernel's epilogue, before
-    the output's only store (no pass of their own over the output; where K
-    is split, by the pass that adds the partial sums), and the weight is read
-    in place in nn.Linear's layout, never transposed by a copy.
+    On CUDA, bias and activation are applied in the kernel's epilogue and
+    the weight is read in place in nn.Linear's layout. Differentiable in x,
+    weight and bias, the backward products on matmul_tf32 at the same
+    precision; what the backward saves: docs/linear_layers.md.
 
     Args:
-        x: float32 ``[..., in_features]`` (at least 1-D). Its leading
-            dimensions are flattened into rows without copying whenever
-            ``reshape`` can (contiguous tensors, row-major views); row- or
-            column-major 2-D views are read in place; other strides cost one copy.
+        x: float32 ``[..., in_features]`` (at least 1-D); leading dimensions
+            are flattened without copying whenever ``reshape`` can.
         weight: float32 ``[out_features, in_features]``, as nn.Linear stores it.
         bias: float32 ``[out_features]`` or ``None``.
         activation: ``"none"`` (or ``None``), ``"relu"``, ``"gelu"`` (erf
@@ -378,23 +358,6 @@ def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
 
     Returns:
         A new contiguous float32 tensor ``[..., out_features]`` on x's device.
-
-    Differentiable in x, weight and bias (csrc/autograd.cpp), the backward
-    products on matmul_tf32 at the ``precision`` the call named (with
-    ``None``, the default when ``backward()`` runs, as for
-    :func:`matmul_tf32`). For GELU/SiLU the backward recomputes the
-    pre-activation with one more linear_tf32 instead of storing it (double
-    backward works; weight and bias are kept for it, so changing either in
-    place before ``backward()`` raises torch's in-place error); with a
-    weight that needs no gradient the pre-activation is saved instead and
-    the activation is ATen's, as for ``nn.Linear`` followed by the
-    activation's module: the output may then differ from the same call
-    without grad in the last bits (~1e-7 of the output's norm, on the CPU
-    as on CUDA), and each such layer stores its ``[..., out_features]``
-    pre-activation and runs the activation as a pass of its own (a frozen
-    base under LoRA-style adapters, say). ReLU's derivative comes from the
-    output. Outside grad mode, or when no input requires grad, nothing is
-    saved and no graph node is made.
 
     Raises:
         RuntimeError: a 0-D x, a weight that is not 2-D, a bias that is not
@@ -406,6 +369,10 @@ def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
             tensor-like (an object with ``__torch_function__``), a bias that
             is none of these nor None, or an ``activation`` or ``precision``
             that is not a string or None.
+
+    Example:
+        >>> x, w, b = torch.randn(32, 512, device="cuda"), torch.randn(256, 512, device="cuda"), torch.randn(256, device="cuda")
+        >>> y = pygpukit_torch.linear_tf32(x, w, b, "gelu")  # F.gelu(F.linear(x, w, b))
     """
     _check_precision_type("linear_tf32", precision)
     activation = _activation_name("linear_tf32", activation)

@@ -5,12 +5,10 @@ Inside the block, calls of ``torch.matmul`` / ``@``, ``torch.mm``,
 ``torch.bmm``, ``torch.addmm``, ``torch.baddbmm`` (and their Tensor methods)
 and ``torch.nn.functional.linear`` (so ``nn.Linear`` too) whose operands
 are float32 strided tensors on an enabled device run
-``pygpukit::matmul_tf32`` or ``pygpukit::linear_tf32``; everything else (other
-dtypes, sparse or nested tensors, ``out=``, 1-D weights of ``F.linear``,
-calls made from C++ such as ``torch.einsum``'s and
-``scaled_dot_product_attention``'s internals) runs on torch unchanged. The
-mechanism is a ``TorchFunctionMode`` (torch.overrides), which torch.compile
-traces: compiled code called inside the block holds the ops in its graph.
+``pygpukit::matmul_tf32`` or ``pygpukit::linear_tf32``; everything else runs
+on torch unchanged. The mechanism is a ``TorchFunctionMode``
+(torch.overrides), which torch.compile traces. Reference:
+docs/linear_layers.md ("Every float32 product of a block").
 """
 
 from __future__ import annotations
@@ -36,15 +34,26 @@ _ROUTED = frozenset(_MATMULS + _ADDMMS + (F.linear,))
 
 @dataclass
 class ScopeStats:
-    """What a scope routed: ``taken`` products ran on pygpukit's ops;
-    ``passed`` counts, by reason, those left to torch. Counted where the
-    Python call is made: in eager code, per call; in torch.compile'd code,
-    once per compilation (the traced calls)."""
+    """What an :func:`enable` block routed.
+
+    Counted where the Python call is made: in eager code, per call; in
+    torch.compile'd code, once per compilation (the traced calls).
+
+    Attributes:
+        taken: products that ran on pygpukit's ops.
+        passed: by reason, the products left to torch.
+
+    Example:
+        >>> with pygpukit_torch.enable() as stats:
+        ...     y = model(x)
+        >>> stats.taken, dict(stats.passed)
+    """
 
     taken: int = 0
     passed: collections.Counter = field(default_factory=collections.Counter)
 
     def summary(self) -> str:
+        """Summarize the counts in one line, e.g. ``"7 products on pygpukit; left to torch: ..."``."""
         passed = ", ".join(f"{why} ({n}x)" for why, n in self.passed.most_common())
         return f"{self.taken} products on pygpukit" + (f"; left to torch: {passed}" if passed else "")
 
@@ -164,12 +173,17 @@ def _device_types(devices) -> Tuple[str, ...]:
 def enable(precision: Optional[str] = None, *, devices: Sequence[str] = ("cuda",)) -> Iterator[ScopeStats]:
     """Route the float32 matrix products made in this thread to pygpukit's ops.
 
+    A thread-local torch-function mode; autograd runs through the ops' own
+    backward. Products that torch makes from C++ (``torch.einsum``,
+    attention kernels) and those under a ``torch.func`` transform stay on
+    torch. What is routed and what it costs: docs/linear_layers.md.
+
     Args:
         precision: ``"tf32"``, ``"tf32x3"`` or ``"ieee"`` for the routed
             products, as a :func:`pygpukit_torch.default_precision` block
             (process-wide) around them; ``None`` keeps the default in force.
-        devices: the device types whose products are routed (a string,
-            a ``torch.device`` or a sequence of them; ``"cuda:1"`` counts as
+        devices: the device types whose products are routed (a string, a
+            ``torch.device`` or a sequence of them; ``"cuda:1"`` counts as
             ``"cuda"``; ``"cpu"`` routes CPU products to the CPU emulation,
             for tests).
 
@@ -181,10 +195,6 @@ def enable(precision: Optional[str] = None, *, devices: Sequence[str] = ("cuda",
         ValueError: an unknown precision, or devices that are not device types.
         RuntimeError: entered inside code that torch.compile traces (enter
             it around the call of the compiled function).
-
-    Nests and restores like any torch-function mode (thread-local); autograd
-    runs through the ops' own backward. Products that torch makes from C++
-    (``torch.einsum``, attention kernels) are not seen.
 
     Example:
         >>> with pygpukit_torch.enable() as stats:

@@ -1,6 +1,7 @@
 """Helpers for comparing pygpukit's ops with torch in tests and benchmarks:
 assert_matmul_close, assert_linear_close and assert_model_close for pytest
-(tolerances from the products' error model), rel_error, cublas_tf32."""
+(tolerances from the products' error model), rel_error, cublas_tf32.
+The bounds are explained in docs/testing.md."""
 
 from __future__ import annotations
 
@@ -17,9 +18,19 @@ from .ops import PRECISIONS
 
 @contextlib.contextmanager
 def cublas_tf32(enabled: bool):
-    """Runs torch.matmul on CUDA with TF32 on (``enabled``) or off, restoring
-    the caller's setting. Uses ``torch.backends.cuda.matmul.fp32_precision``
-    where it exists: once it is set, the legacy ``allow_tf32`` getter raises."""
+    """Run torch.matmul on CUDA with TF32 on or off inside a ``with`` block.
+
+    The caller's setting is restored on exit. Uses
+    ``torch.backends.cuda.matmul.fp32_precision`` where it exists: once it
+    is set, the legacy ``allow_tf32`` getter raises.
+
+    Args:
+        enabled: True for cuBLAS TF32, False for FP32.
+
+    Example:
+        >>> with cublas_tf32(True):
+        ...     ref = a @ b  # cuBLAS TF32
+    """
     mm = torch.backends.cuda.matmul
     new_api = hasattr(mm, "fp32_precision")
     if new_api:
@@ -36,16 +47,27 @@ def cublas_tf32(enabled: bool):
 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """‖out − ref‖ / ‖ref‖ (Frobenius norms), computed in float64 (outside
-    autograd). A zero or empty `ref` gives 0.0 where `out` equals it and inf
-    where it does not (0/0 would be NaN, and ``rel_error(...) < tol`` then
-    fails on a correct result).
+    """Return the relative error ‖out − ref‖ / ‖ref‖ (Frobenius norms), computed in float64.
+
+    Computed outside autograd.
+
+    Args:
+        out: the result to check.
+        ref: the reference, of the same shape.
+
+    Returns:
+        The relative error; for a zero or empty `ref`, 0.0 where `out`
+        equals it and inf where it does not (0/0 would be NaN, and
+        ``rel_error(...) < tol`` then fails on a correct result).
 
     Raises:
         ValueError: `out` and `ref` of different shapes (broadcasting one
             against the other would hide a wrong-shaped result).
         TypeError: a complex tensor (converting it to float64 would drop its
             imaginary part).
+
+    Example:
+        >>> rel_error(pygpukit_torch.matmul_tf32(a, b), a.double() @ b.double())  # ~3e-4
     """
     if out.shape != ref.shape:
         raise ValueError(f"rel_error: out has shape {list(out.shape)} but ref has shape {list(ref.shape)}")
@@ -226,7 +248,7 @@ def _check_precision(what: str, precision: str) -> None:
 
 
 def assert_matmul_close(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, precision: str = "tf32") -> None:
-    """Asserts that `out` is ``a @ b`` as ``matmul_tf32`` at `precision` computes it.
+    """Assert that `out` is ``a @ b`` as ``matmul_tf32`` at `precision` computes it.
 
     The reference is the float64 product of the same inputs; the tolerance
     comes from the product's error model, not from fixed atol/rtol: each
@@ -235,8 +257,8 @@ def assert_matmul_close(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, 
     ``"ieee"``; K tripled under ``"tf32x3"``), and the whole within a norm
     bound that grows with √K: for ``"tf32"`` 1.25 times the error of
     rounding the inputs to TF32 to nearest, so a kernel that truncates them
-    fails. Use it where ``torch.testing.assert_close(out, a @ b)`` fails on
-    TF32's expected error.
+    fails (docs/testing.md). Use it where
+    ``torch.testing.assert_close(out, a @ b)`` fails on TF32's expected error.
 
     Args:
         out: the product to check (float32, ``torch.matmul(a, b)``'s shape).
@@ -267,7 +289,7 @@ def assert_matmul_close(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, 
 
 def assert_linear_close(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
                         activation: Optional[str] = "none", *, precision: str = "tf32") -> None:
-    """Asserts that `out` is ``act(F.linear(x, weight, bias))`` as ``linear_tf32`` computes it.
+    """Assert that `out` is ``act(F.linear(x, weight, bias))`` as ``linear_tf32`` computes it.
 
     The matmul bound of :func:`assert_matmul_close`, carried through the
     activation: an activation with |act'| <= L moves the pre-activation's
@@ -341,7 +363,7 @@ def _flatten(x, path="output"):
 
 def assert_model_close(model: nn.Module, reference: nn.Module, *inputs, precision: str = "tf32",
                        rtol: Optional[float] = None, **kwargs) -> None:
-    """Asserts that a model whose products run on pygpukit's ops matches its original.
+    """Assert that a model whose products run on pygpukit's ops matches its original.
 
     Runs ``model(*inputs, **kwargs)`` and ``reference(*inputs, **kwargs)``
     (no gradients) and compares every floating-point tensor of the outputs

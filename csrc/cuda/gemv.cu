@@ -1,7 +1,7 @@
 // The single-row GEMM (gemv.h): kSlices warps per weight row, each one
 // K-slice, lanes side by side along K, FP32 FMAs, the lanes summed with
-// shuffles and the slices in shared memory. See "One row of x: the GEMV" in
-// docs/tf32_tensorcore_design.md.
+// shuffles and the slices in shared memory. See "The GEMV (one row, K-major weight)" in
+// docs/design.md.
 #include "gemv.h"
 
 #include "epilogue.cuh"

@@ -1,8 +1,8 @@
 // The GEMM of a few rows of A on a row-major B (gemv_rowmajor.h): lanes side
 // by side along N, warps over interleaved groups of K rows, every chunk of B
 // loaded once for all rows of A, FP32 FMAs, the warps' sums added in shared
-// memory and K-splits by splitk_reduce. See "One row of x: the GEMV" in
-// docs/tf32_tensorcore_design.md.
+// memory and K-splits by splitk_reduce. See "Rows on a row-major weight" in
+// docs/design.md.
 #include "gemv_rowmajor.h"
 
 #include "epilogue.cuh"

@@ -3,7 +3,7 @@
 // chunk of A shared by the warp's weight rows, each chunk of the weight by
 // all rows of A; the lanes summed with shuffles, the K-slices in shared
 // memory. See "A few rows on a K-major weight" in
-// docs/tf32_tensorcore_design.md.
+// docs/design.md.
 #include "gemv_rows.h"
 
 #include "epilogue.cuh"

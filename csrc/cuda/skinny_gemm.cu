@@ -1,7 +1,7 @@
 // The decode-sized-M TF32 GEMM (skinny_gemm.h): mma.sync.m16n8k8 fed
 // straight from global memory, B streamed once with 16-byte loads, K split
 // over the warps of a CTA and summed in shared memory in a fixed order. See
-// "Decode-sized M: the skinny kernel" in docs/tf32_tensorcore_design.md.
+// "The skinny kernel" in docs/design.md.
 #include "skinny_gemm.h"
 
 

@@ -1,6 +1,6 @@
 // Tile configuration of the Hopper (sm_90a) TF32 kernel and the declaration
 // of its launcher. The kernel is in wgmma_gemm.cuh; see the Hopper section of
-// docs/tf32_tensorcore_design.md.
+// docs/design.md.
 #pragma once
 
 #include <cstdint>
@@ -196,8 +196,8 @@ using WgmmaSplit3SwapABKMajorNarrow = WgmmaConfig<128, 64, 4, 1, 1, true, true, 
 // What launch_wgmma_gemm<Config> does for `problem` with `splits` on the
 // current device: the workspace it needs (split-K's partial products, or
 // the stream-K partial sums of a last wave that the work items fill only
-// in part; see "Stream-K for the last wave" in
-// docs/tf32_tensorcore_design.md), whether it runs that wave stream-K, and
+// in part; see "Split-K and stream-K" in
+// docs/design.md), whether it runs that wave stream-K, and
 // whether it marks the weight's loads L2 evict-first (weight_read_once).
 struct WgmmaPlan {
   size_t workspace_bytes = 0;

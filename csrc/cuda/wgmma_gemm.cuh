@@ -3,7 +3,7 @@
 // warpgroups (wgmma), with full/empty mbarrier pairs per pipeline stage.
 // TF32 rounding is free: the tensor maps declare the data TFLOAT32, so TMA
 // rounds each element to nearest while copying it (the approach of CUTLASS's
-// sm90 TF32 kernels; see docs/tf32_tensorcore_design.md); only the 3xTF32
+// sm90 TF32 kernels; see docs/design.md); only the 3xTF32
 // split in registers (kSplit3) loads FP32 and rounds its parts itself. Its
 // schedule (work items, stream-K) is in wgmma_schedule.cuh, its epilogue in
 // wgmma_epilogue.cuh; this file holds the mainloops, the kernel and its

@@ -2,8 +2,7 @@
 // parameters, its work items (output tiles x batch entries x K splits, in
 // grouped order) and stream-K for the last wave (the plan on the host; the
 // segments' shared partial sums and their fix-up on the device). See
-// "Persistent schedule" and "Stream-K for the last wave" in
-// docs/tf32_tensorcore_design.md.
+// "Persistent schedule" and "Split-K and stream-K" in docs/design.md.
 #pragma once
 
 #include <cstdint>
