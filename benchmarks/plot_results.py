@@ -1,30 +1,41 @@
-"""Plot a bench_matmul.py --json run: TFLOP/s against size for the square
+"""Plot a matmul run from a results file: TFLOP/s against size for the square
 shapes (one line per kernel path and for cuBLAS), and every other shape as
 grouped bars.
 
-    python benchmarks/plot_results.py RESULTS.json docs/bench_tflops.png
+    python benchmarks/plot_results.py benchmarks/results/h200.json docs/bench_tflops.png [--command "matmul ..."]
+
+The run plotted is the file's matmul section of that command, by default the
+one with the most shapes (the whole set). Needs matplotlib.
 """
 
 import argparse
 import json
+import sys
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 
-SKIP = {"kind", "M", "N", "K", "layout"}  # and the kernel names: "kernel", "kernel <precision>"
+from report import header_line  # noqa: E402  (benchmarks/report.py, next to this file)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("results", help="JSON written by bench_matmul.py --json")
+    parser.add_argument("results", help="a results file (benchmarks/results/<gpu>.json) or one written by "
+                                        "`python -m benchmarks matmul --json`")
     parser.add_argument("out", help="PNG to write")
+    parser.add_argument("--command", help="the matmul section to plot, e.g. 'matmul --tf32x3 --kernels "
+                                          "auto,mma_sync' (default: the one with the most shapes)")
     args = parser.parse_args()
     with open(args.results) as fh:
-        run = json.load(fh)
-    rows = run["rows"]
-    series = [k for k in rows[0] if k not in SKIP and not k.startswith("kernel")]
+        sections = [s for s in json.load(fh)["sections"] if s["benchmark"] == "matmul"
+                    and args.command in (None, s["command"])]
+    if not sections:
+        sys.exit(f"{args.results}: no matmul section" + (f" of command {args.command!r}" if args.command else ""))
+    run = max(sections, key=lambda s: len(s["rows"]))
+    rows = [{**r, **r["tflops"]} for r in run["rows"]]
+    series = list(run["rows"][0]["tflops"])
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(15, 5.5), gridspec_kw={"width_ratios": [1, 2]})
     squares = sorted((r for r in rows if r["kind"] == "square"), key=lambda r: r["M"])
@@ -48,7 +59,7 @@ def main():
     right.set_ylabel("TFLOP/s (log)")
     right.set_title("LLM, odd, decode and layout shapes (layout: A then B, n row-major, t transposed; nt is F.linear's)")
     right.grid(True, axis="y", alpha=0.3)
-    fig.suptitle(run["header"], fontsize=9)
+    fig.suptitle(f"python -m benchmarks {run['command']} · {header_line(run['header'])}", fontsize=9)
     fig.tight_layout()
     fig.savefig(args.out, dpi=120)
 

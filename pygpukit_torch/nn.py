@@ -239,8 +239,8 @@ def _around_same_parameters(cls, linear: nn.Linear, **attributes) -> nn.Linear:
 # ---- policy: which layers are worth swapping ----------------------------------------------------
 
 # Layers with fewer weights (in_features * out_features) than this stay on
-# torch. What the H200 measured (benchmarks/RESULTS.md, 2026-11-30 to 2026-12-01):
-# against torch in FP32, PyTorch's default, swapped layers win from M = 16
+# torch. What the H200 measured (2026-11-30 to 2026-12-01; benchmarks/RESULTS.md
+# and its git history): against torch in FP32, PyTorch's default, swapped layers win from M = 16
 # tokens up (4096-14336 wide: 2.2-6.8x), and so does the MiniLM demo's whole
 # model (384-1536 wide layers, 4.84 -> 4.02 ms per batch); against torch with
 # TF32 enabled a 4096 -> 4096 layer with fused GELU runs at 1.32x at M = 1,

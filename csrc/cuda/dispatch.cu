@@ -404,7 +404,7 @@ Choice few_rows_gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
 
 // Up to which M the automatic choice takes the few-rows GEMVs: where they
 // beat what serves these rows otherwise. H200, 2026-12-01
-// (bench_gemv_rows.py, final run, median us, weights N x K 4096x4096 /
+// (benchmarks/experiments/bench_gemv_rows.py, final run, median us, weights N x K 4096x4096 /
 // 14336x4096 / 4096x14336, GEMV vs the kernel it replaces):
 // - row-major, 3xTF32 (W's parts packed per call; promoted wgmma forced):
 //   22.0-58.3 vs 141-458 at M = 2, 40.1-123.9 vs 141-454 at M = 16;
@@ -429,7 +429,7 @@ Choice few_rows_gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
 // takes it up to 48 rows (1.19-1.33x there), FP32 up to 64 (1.4-6.7x;
 // 32 since the FMA kernel of 2026-12-03, above).
 // Where the Hopper kernel that splits W in registers runs
-// (bench_tf32x3_decode.py, WgmmaSplit3SwapABNarrow: 41.2 / 111 / 107 us at
+// (benchmarks/experiments/bench_tf32x3_decode.py, WgmmaSplit3SwapABNarrow: 41.2 / 111 / 107 us at
 // 16 rows, 42.7 / 113 / 112 at 32; WgmmaSplit3SwapAB: 61.7 / 198 / 177 at
 // 128), 3xTF32 takes the GEMV up to 16 rows only (16 rows 39.6 / 123 /
 // 113; 32 rows 80 / 252 / 233): the two are within 10% either way at 16
@@ -466,7 +466,7 @@ Choice single_row_choice(const GemmProblem& p, const DeviceInfo& d) {
 // in registers (WgmmaSplit3SwapABKMajor(Narrow)) reads W once for all
 // rows, where the skinny kernel's blocks of 16 rows (forced) re-read it per
 // block. H200,
-// bench_tf32x3_decode.py, weights 4096x4096 / 14336x4096 / 4096x14336,
+// benchmarks/experiments/bench_tf32x3_decode.py, weights 4096x4096 / 14336x4096 / 4096x14336,
 // 2026-12-01, skinny vs wgmma: 16 rows 32.6 / 106 / 105 vs 41.9 / 115 /
 // 114 us; 32 rows (two blocks) 65.1 / 213 / 219 vs 42.8 / 122 / 116; 64
 // rows 130 / 444 / 439 vs 43.5 / 127 / 120.

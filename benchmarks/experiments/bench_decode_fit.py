@@ -12,18 +12,21 @@ drain, reduction), rate the weight's streaming rate. A variant whose
 kernel changes with K (the dispatcher's choice, cuBLAS) fits less well:
 the table gives each fit's worst relative error.
 
-    python benchmarks/bench_decode_fit.py [--m 16] [--n 4096]
+    python benchmarks/experiments/bench_decode_fit.py [--m 16] [--n 4096]
 """
 
 import argparse
+
+import _path  # noqa: F401  (the repository root on sys.path: benchmarks._common)
 
 import numpy as np
 import torch
 
 import pygpukit_torch
-from _common import device_time_ms, markdown_table, rotation_count, run_header
 from pygpukit_torch.dispatch import force_kernel
 from pygpukit_torch.testing import cublas_tf32
+
+from benchmarks._common import device_time_ms, header_line, markdown_table, rotation_count, run_header
 
 KS = (1024, 2048, 4096, 8192, 16384, 32768)
 
@@ -50,7 +53,7 @@ def main():
     parser.add_argument("--m", type=int, default=16, help="rows of x")
     parser.add_argument("--n", type=int, default=4096, help="rows of W (output features)")
     args = parser.parse_args()
-    print(run_header())
+    print(header_line(run_header()))
     linear = lambda x, w: pygpukit_torch.matmul_tf32(x, w.t())
     rows, fits = [], {"skinny": [], "auto": [], "cuBLAS": []}
     for k in KS:

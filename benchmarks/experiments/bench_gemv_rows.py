@@ -14,17 +14,21 @@ Prints a Markdown table: microseconds per call (host time included), the
 ratios to the GEMV, the weight's bytes per second for the GEMV, its
 relative error and the kernels the automatic choice names.
 
-    python benchmarks/bench_gemv_rows.py [--rows 2,4,8,16,32,48] [--min-run-time 0.3]
+    python benchmarks/experiments/bench_gemv_rows.py [--rows 2,4,8,16,32,48] [--min-run-time 0.3]
 """
 
 import argparse
 import contextlib
 
+import _path  # noqa: F401  (the repository root on sys.path: benchmarks._common)
+
 import torch
 
 import pygpukit_torch
-from _common import DECODE_WEIGHTS, markdown_table, rotation_count, run_header, time_interleaved
 from pygpukit_torch.testing import cublas_tf32, rel_error
+
+from benchmarks._common import (DECODE_WEIGHTS, header_line, markdown_table, rotation_count, run_header,
+                                time_interleaved)
 
 
 def main():
@@ -33,7 +37,7 @@ def main():
                         help="comma-separated M values: 2 to 16, and 17 to 64 for x @ W (blocks of 16)")
     parser.add_argument("--min-run-time", type=float, default=0.3, help="seconds per variant and shape")
     args = parser.parse_args()
-    print(run_header())
+    print(header_line(run_header()))
     mm = pygpukit_torch.matmul_tf32
     force = pygpukit_torch.force_kernel
     tf32, tf32x3, ieee = ((lambda x, w, p=p: mm(x, w, precision=p)) for p in ("tf32", "tf32x3", "ieee"))

@@ -15,17 +15,21 @@ Prints a Markdown table: microseconds per call (host time included), the
 ratio cuBLAS FP32 / auto, the relative error of the automatic choice and of
 cuBLAS FP32 against float64, and the kernel the automatic choice names.
 
-    python benchmarks/bench_tf32x3_decode.py [--rows 16,32,48,64,128] [--min-run-time 0.3]
+    python benchmarks/experiments/bench_tf32x3_decode.py [--rows 16,32,48,64,128] [--min-run-time 0.3]
 """
 
 import argparse
 import contextlib
 
+import _path  # noqa: F401  (the repository root on sys.path: benchmarks._common)
+
 import torch
 
 import pygpukit_torch
-from _common import DECODE_WEIGHTS, markdown_table, rotation_count, run_header, time_interleaved
 from pygpukit_torch.testing import cublas_tf32, rel_error
+
+from benchmarks._common import (DECODE_WEIGHTS, header_line, markdown_table, rotation_count, run_header,
+                                time_interleaved)
 
 
 def main():
@@ -33,7 +37,7 @@ def main():
     parser.add_argument("--rows", default="16,32,48,64,128", help="comma-separated M values")
     parser.add_argument("--min-run-time", type=float, default=0.3, help="seconds per variant and shape")
     args = parser.parse_args()
-    print(run_header())
+    print(header_line(run_header()))
 
     def ours(kernel):
         force = contextlib.nullcontext if kernel is None else (lambda: pygpukit_torch.force_kernel(kernel))

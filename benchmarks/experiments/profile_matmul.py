@@ -1,6 +1,6 @@
 """Runs one matmul_tf32 shape a few times, for a profiler to attach to:
 
-    ncu --clock-control none -k regex:gemm -c 1 --set full python benchmarks/profile_matmul.py 4096 4096 4096 [--layout nt]
+    ncu --clock-control none -k regex:gemm -c 1 --set full python benchmarks/experiments/profile_matmul.py 4096 4096 4096 [--layout nt]
 """
 
 import argparse

@@ -3,7 +3,7 @@
 // several warp counts per SM. This bounds what the mma.sync GEMM path can
 // reach (docs/design.md, "Measured limits").
 //
-//   nvcc -O3 -arch=sm_90a -o mma_sync_peak benchmarks/mma_sync_peak.cu && ./mma_sync_peak
+//   nvcc -O3 -arch=sm_90a -o mma_sync_peak benchmarks/experiments/mma_sync_peak.cu && ./mma_sync_peak
 //   (-arch=sm_80 / sm_86 / sm_89 for Ampere and Ada)
 //
 // Prints TFLOP/s = 2 * 16 * 8 * 8 FLOP per MMA over the CUDA-event time of

@@ -1,10 +1,10 @@
 """One build's rate on forced kernels against cuBLAS TF32 in the same
-process, for comparing two builds of pygpukit (benchmarks/ab_builds.sh runs
+process, for comparing two builds of pygpukit (ab_builds.sh, next to it, runs
 this in each build, alternately). One line per case:
 
     TAG MxNxK LAYOUT KERNEL: ours X TFLOP/s cublas Y ratio Z
 
-    python benchmarks/ab_forced.py TAG [--case 4096x4096x4096:nt:mma_sync ...] [--min-run-time 0.4]
+    python benchmarks/experiments/ab_forced.py TAG [--case 4096x4096x4096:nt:mma_sync ...] [--min-run-time 0.4]
 
 Layout letters are A then B: "n" row-major, "t" a transposed view (so "nt"
 is F.linear's x @ W.T). KERNEL is a pygpukit_torch.force_kernel name.
@@ -15,11 +15,14 @@ Inputs rotate past L2 and the two variants take turns
 import argparse
 import contextlib
 
+import _path  # noqa: F401  (the repository root on sys.path: benchmarks._common)
+
 import torch
 
 import pygpukit_torch
-from _common import rotation_count, run_header, time_interleaved
-from bench_matmul import make_inputs
+
+from benchmarks._common import rotation_count, run_header, time_interleaved
+from benchmarks.bench_matmul import make_inputs
 
 DEFAULT_CASES = [f"4096x4096x4096:{layout}:mma_sync" for layout in ("nn", "nt", "tn", "tt")]
 

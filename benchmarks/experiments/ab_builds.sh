@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # Times a base revision of pygpukit against the working tree on forced
-# kernels (benchmarks/ab_forced.py, each against cuBLAS TF32 in its own
+# kernels (benchmarks/experiments/ab_forced.py, each against cuBLAS TF32 in its own
 # process), the two builds in alternate processes (base, new, base, new,
 # ...) so that clock drift and the machine hit both alike.
 #
-#   benchmarks/ab_builds.sh prepare REV
+#   benchmarks/experiments/ab_builds.sh prepare REV
 #       on the development machine: exports REV into .ab_base (ignored
 #       by git; copy it to the GPU machine with the working tree)
-#   benchmarks/ab_builds.sh run ROUNDS [ab_forced.py options, e.g. --case ...]
+#   benchmarks/experiments/ab_builds.sh run ROUNDS [ab_forced.py options, e.g. --case ...]
 #       on the GPU machine: builds both (TORCH_CUDA_ARCH_LIST, default
 #       9.0a), then ROUNDS alternations; lines sorted by case at the end,
 #       also written to $OUT/ab.log when OUT is set.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 base="$root/.ab_base"
 case "${1:-}" in
   prepare)
@@ -31,7 +31,8 @@ case "${1:-}" in
     for r in $(seq "$rounds"); do
       for side in base new; do
         dir=$([ $side = base ] && echo "$base" || echo "$root")
-        (cd "$root/benchmarks" && PYTHONPATH="$dir" python ab_forced.py "$side$r" "$@" 2>&1 | { grep -v Warning || true; }) | tee -a "$log"
+        (cd "$root/benchmarks/experiments" && PYTHONPATH="$dir" python ab_forced.py "$side$r" "$@" 2>&1 |
+         { grep -v Warning || true; }) | tee -a "$log"
       done
     done
     echo "--- by case"; sort -k2,4 -s "$log" ;;

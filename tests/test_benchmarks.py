@@ -1,0 +1,110 @@
+"""The benchmark tool (`python -m benchmarks`) on the CPU: every subcommand's
+help, `report` on the results files, and each measuring subcommand's tiny
+CPU run (--quick --device cpu), saved and rendered."""
+
+import json
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import __main__ as cli  # noqa: E402
+from benchmarks import report  # noqa: E402
+
+MEASURING = ("matmul", "linear", "decode", "host")
+
+
+def test_entry_point_help():
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "--help"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    for name in (*MEASURING, "report"):
+        assert name in done.stdout
+
+
+@pytest.mark.parametrize("subcommand", (*MEASURING, "report"))
+def test_subcommand_help(subcommand, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([subcommand, "--help"])
+    assert exit_info.value.code == 0
+    assert f"usage: python -m benchmarks {subcommand}" in capsys.readouterr().out
+
+
+def test_no_subcommand_prints_usage(capsys):
+    assert cli.main([]) == 2
+    assert "SUBCOMMAND" in capsys.readouterr().err
+
+
+def test_report_renders_the_results_files(tmp_path):
+    out = tmp_path / "RESULTS.md"
+    assert cli.main(["report", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "## How measured" in text
+    for path in sorted(report.RESULTS_DIR.glob("*.json")):
+        data = json.loads(path.read_text())
+        assert f"## {data['gpu']}" in text
+        for section in data["sections"]:
+            header = section["header"]
+            assert set(header) == {"gpu", "date", "commit", "torch", "cuda"}
+            heading = f"### {section['benchmark']} · {report.header_line(header)}"
+            assert heading in text
+            # The table follows its heading: a line per row (host: per call, a column per shape).
+            table = text.split(heading, 1)[1].split("\n### ", 1)[0]
+            lines = [line for line in table.splitlines() if line.startswith("| ")]
+            rows = {r["call"] for r in section["rows"]} if section["benchmark"] == "host" else section["rows"]
+            assert len(lines) == 1 + len(rows) + (1 + len(section["block_rows"]) if "block_rows" in section else 0)
+    assert "| shape (M×N×K, layout) |" in text
+
+
+def test_results_md_is_generated_from_the_results_files():
+    """benchmarks/RESULTS.md is what `report` writes now (rerun it after editing a results file)."""
+    assert (ROOT / "benchmarks" / "RESULTS.md").read_text() == report.render()
+
+
+def test_results_speak_of_the_product():
+    """Dates and commits, not how the work was organised (the words spelled
+    in two pieces so that this file does not hold them)."""
+    words = re.compile("sess" "ion|iss" "ue [0-9]", re.IGNORECASE)
+    for path in [ROOT / "benchmarks" / "RESULTS.md", *report.RESULTS_DIR.glob("*.json")]:
+        assert not words.search(path.read_text()), path
+
+
+def test_gpu_slug():
+    assert report.gpu_slug("NVIDIA H100 80GB HBM3") == "h100"
+    assert report.gpu_slug("NVIDIA H200") == "h200"
+    assert report.gpu_slug("NVIDIA H100 PCIe") == "h100-pcie"
+
+
+def test_cpu_needs_quick():
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["matmul", "--device", "cpu"])
+    assert "--quick" in str(exit_info.value.code)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["host", "--device", "cpu", "--quick", "--save"])
+    assert "FILE" in str(exit_info.value.code)
+
+
+def test_tiny_cpu_runs_save_and_render(tmp_path, capsys):
+    results = tmp_path / "results"
+    saved = results / "cpu.json"
+    for subcommand in MEASURING:
+        assert cli.main([subcommand, "--quick", "--device", "cpu", "--save", str(saved)]) == 0
+    assert "| square 64x64x64 nn |" in capsys.readouterr().out  # the printed table
+    data = json.loads(saved.read_text())
+    assert [s["benchmark"] for s in data["sections"]] == list(MEASURING)
+    # The same command again replaces its section instead of adding one.
+    assert cli.main(["host", "--quick", "--device", "cpu", "--save", str(saved)]) == 0
+    assert len(json.loads(saved.read_text())["sections"]) == len(MEASURING)
+    out = tmp_path / "RESULTS.md"
+    assert cli.main(["report", "--results", str(results), "--out", str(out)]) == 0
+    text = out.read_text()
+    for subcommand in MEASURING:
+        assert re.search(rf"^### {subcommand} · \d{{4}}-\d\d-\d\d · CPU · torch ", text, re.MULTILINE)
+    assert "| square 64x64x64 nn |" in text
+    assert "| `torch.matmul (TF32)` |" in text
