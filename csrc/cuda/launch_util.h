@@ -16,9 +16,10 @@ namespace pygpukit {
 // names it after a failure); nullptr where none was named.
 inline thread_local const char* failed_step = nullptr;
 
-// `err`, naming `step` as the failed one when it is an error.
+// `err`, naming `step` as the failed one when it is an error and no step
+// inside it was named already (the innermost name is the most precise).
 inline cudaError_t step_result(cudaError_t err, const char* step) {
-  if (err != cudaSuccess) failed_step = step;
+  if (err != cudaSuccess && failed_step == nullptr) failed_step = step;
   return err;
 }
 

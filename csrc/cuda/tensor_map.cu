@@ -53,10 +53,26 @@ bool encode_matrix(CUtensorMap* map, CUtensorMapDataType type, const float* ptr,
                                  cuuint64_t(batched ? batch_stride * 4 : row_bytes * rows)};
   const cuuint32_t box[3] = {32, cuuint32_t(box_rows), 1};
   const cuuint32_t element_strides[3] = {1, 1, 1};
-  return encode(map, type, 3, const_cast<float*>(ptr), dims, strides,
-                box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  auto encode_once = [&] {
+    return encode(map, type, 3, const_cast<float*>(ptr), dims, strides, box, element_strides,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  };
+  if (encode_once() == CUDA_SUCCESS) return true;
+  // The first products of many new threads at once failed here (H100,
+  // 2026-12-07: 11-15 of 36 threads on the default stream, 1 of 36 with a
+  // stream each). A thread that has made no runtime call that binds the device's
+  // primary context has none current (torch's device guard skips
+  // cudaSetDevice when the device is already the current one), and this
+  // driver call may then see no context: the likely cause, not yet
+  // confirmed. Bind it and try once more; a map the driver rejects for its
+  // arguments fails again, at the cost of one more call.
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
+    cudaGetLastError();  // not sticky; the failed encoding is what gets reported
+    return false;
+  }
+  return encode_once() == CUDA_SUCCESS;
 }
 
 }  // namespace pygpukit
