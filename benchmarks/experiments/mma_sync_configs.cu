@@ -48,6 +48,11 @@ double rel_diff(const float* x, const float* y, size_t n) {
 int main(int argc, char** argv) {
   std::vector<std::array<int, 3>> shapes = {{4096, 4096, 4096}, {8192, 8192, 8192}, {8192, 14336, 4096}, {8192, 4096, 14336}};
   if (argc > 1 && !strcmp(argv[1], "small")) shapes = {{2048, 2048, 2048}, {1024, 1024, 4096}, {4096, 4096, 4096}};
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    fprintf(stderr, "mma_sync_configs: no CUDA GPU\n");
+    return 1;
+  }
   size_t cap = size_t(8192) * 14336;
   float *A, *B, *C, *R;
   cudaMalloc(&A, cap * 4); cudaMalloc(&B, cap * 4); cudaMalloc(&C, cap * 4); cudaMalloc(&R, cap * 4);

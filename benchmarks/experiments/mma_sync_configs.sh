@@ -17,9 +17,10 @@ if [ "$1" = prepare ]; then
   exit 0
 fi
 [ "$1" = run ] && shift
+cfgs=("$@")
 tmp=$(mktemp -d)
 i=0
-for c in "$@"; do
+for c in "${cfgs[@]}"; do
   set -- $c
   src=${1%80}; inc="-I$root/csrc/cuda"; [ "$src" != tree ] && inc="-I.revs/$src $inc"
   arch="-arch=sm_90a"; [ "$src" != "$1" ] && arch="-gencode arch=compute_80,code=compute_80"
@@ -29,9 +30,9 @@ for c in "$@"; do
 done
 wait
 j=0
-for c in "$@"; do
+for c in "${cfgs[@]}"; do
   set -- $c
   echo "# $c: $(grep -A3 'entry.*mma_sync' $tmp/m$j.log | grep -E 'spill|Used' | tr '\n' ' ' | sed 's/ptxas info    ://g')"
-  if [ -x $tmp/m$j ]; then $tmp/m$j ${10}; else tail -5 $tmp/m$j.log; fi
+  if [ -x $tmp/m$j ]; then $tmp/m$j ${10} || true; else tail -5 $tmp/m$j.log; fi
   j=$((j+1))
 done
