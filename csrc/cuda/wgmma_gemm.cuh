@@ -672,10 +672,9 @@ cudaError_t launch_wgmma_gemm(const GemmProblem& p, int splits, float* partials,
   if constexpr (Cfg::kPromoteKTiles == 0)
     err = params.stream_k_iters > 0 ? launch(std::true_type{}) : launch(std::false_type{});
   else err = launch(std::false_type{});
-  if (err != cudaSuccess) return step_result(err, "launching the wgmma kernel");
-  if (splits == 1) return err;
-  return step_result(launch_splitk_reduce(partials, splits, p.M, p.N, ldp, p.C, p.ldc, p.epilogue, stream),
-                     "launching the split-K reduction");
+  // launch_kernel names its own failed step (launch_util.h).
+  if (err != cudaSuccess || splits == 1) return err;
+  return launch_splitk_reduce(partials, splits, p.M, p.N, ldp, p.C, p.ldc, p.epilogue, stream);
 }
 
 // Explicit instantiation of the launcher for one configuration; each
