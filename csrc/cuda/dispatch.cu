@@ -6,7 +6,9 @@
 #include <cstdlib>
 #include <limits>
 #include <mutex>
+#include <stdexcept>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -60,6 +62,8 @@ const DeviceInfo& device_info(int device) {
   return info[device];
 }
 
+// Every kernel and tile configuration the dispatcher can choose. Each has
+// exactly one row in the kernel table (KernelTable, below), in this order.
 enum class Kernel {
   kWgmmaLarge, kWgmmaLargeSwapAB, kWgmmaSquare, kWgmmaMedium, kWgmmaMediumSwapAB, kWgmmaNarrow,
   kWgmmaNarrowSwapAB, kWgmmaMediumSwapABRing,
@@ -68,7 +72,8 @@ enum class Kernel {
   kWgmmaSplit3SwapABNarrow, kWgmmaSplit3SwapABKMajorNarrow,
   kMmaSyncLarge, kMmaSyncMedium, kMmaSyncSmall, kMmaSyncPromoted,
   kSkinny, kSkinnyWide, kGemv, kGemvRows, kGemvRowMajor,
-  kFmaLarge, kFmaSmall
+  kFmaLarge, kFmaSmall,
+  kCount
 };
 
 struct Choice {
@@ -76,33 +81,6 @@ struct Choice {
   bool vec16 = false;  // 16-byte loads (mma_sync; always for skinny)
   int splits = 1;      // split-K ranges (wgmma, gemv_rowmajor, fma) or K-slices per output (gemv)
 };
-
-// The plain FP32 kernels (CUDA cores).
-bool is_fma(Kernel k) { return k == Kernel::kFmaLarge || k == Kernel::kFmaSmall; }
-
-bool is_wgmma_split3(Kernel k) {
-  return k == Kernel::kWgmmaSplit3SwapAB || k == Kernel::kWgmmaSplit3SwapABKMajor ||
-         k == Kernel::kWgmmaSplit3SwapABNarrow || k == Kernel::kWgmmaSplit3SwapABKMajorNarrow;
-}
-
-// The TF32 kSwapAB configurations: B read in place, nothing packed.
-bool is_wgmma_swap_ab_tf32(Kernel k) {
-  return k == Kernel::kWgmmaLargeSwapAB || k == Kernel::kWgmmaMediumSwapAB ||
-         k == Kernel::kWgmmaNarrowSwapAB || k == Kernel::kWgmmaMediumSwapABRing;
-}
-
-bool is_wgmma(Kernel k) {
-  return k == Kernel::kWgmmaLarge ||
-         k == Kernel::kWgmmaSquare || k == Kernel::kWgmmaMedium ||
-         is_wgmma_swap_ab_tf32(k) || k == Kernel::kWgmmaNarrow ||
-         k == Kernel::kWgmmaPromotedLarge || k == Kernel::kWgmmaPromotedMedium ||
-         is_wgmma_split3(k);
-}
-
-// The FP32 GEMVs (CUDA cores, any precision).
-bool is_gemv(Kernel k) {
-  return k == Kernel::kGemv || k == Kernel::kGemvRows || k == Kernel::kGemvRowMajor;
-}
 
 // 16-byte cp.async needs every chunk start 16-byte aligned: the base pointer,
 // the leading dimension and the batch stride (in floats) all multiples of 4.
@@ -614,55 +592,6 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   return {Kernel::kMmaSyncSmall, vec16};
 }
 
-template <class Config, bool kVec16>
-cudaError_t launch_mma_sync_width(const GemmProblem& p, cudaStream_t stream) {
-  using L = Layout;
-  const bool a_row = p.layout_a == L::kRowMajor, b_row = p.layout_b == L::kRowMajor;
-  if (a_row && b_row) return launch_mma_sync_gemm<Config, L::kRowMajor, L::kRowMajor, kVec16>(p, stream);
-  if (a_row) return launch_mma_sync_gemm<Config, L::kRowMajor, L::kColMajor, kVec16>(p, stream);
-  if (b_row) return launch_mma_sync_gemm<Config, L::kColMajor, L::kRowMajor, kVec16>(p, stream);
-  return launch_mma_sync_gemm<Config, L::kColMajor, L::kColMajor, kVec16>(p, stream);
-}
-
-template <class Config>
-cudaError_t launch_mma_sync(const GemmProblem& p, bool vec16, cudaStream_t stream) {
-  return vec16 ? launch_mma_sync_width<Config, true>(p, stream)
-               : launch_mma_sync_width<Config, false>(p, stream);
-}
-
-template <class Config>
-std::string mma_sync_name() {
-  using std::to_string;
-  return "mma_sync " + to_string(Config::BM) + "x" + to_string(Config::BN) + "x" +
-         to_string(Config::BK) + " warp " + to_string(Config::WM) + "x" + to_string(Config::WN) +
-         " stages " + to_string(Config::kStages) +
-         (Config::kPromoteKTiles > 0
-              ? " promoted every " + to_string(Config::kPromoteKTiles) + " k-tiles"
-              : "");
-}
-
-template <class Config>
-std::string fma_name(int splits) {
-  using std::to_string;
-  return "fma " + to_string(Config::BM) + "x" + to_string(Config::BN) + "x" +
-         to_string(Config::BK) + ", " + to_string(Config::kThreadRows) + "x" +
-         to_string(Config::kThreadCols) + " per thread" +
-         (splits > 1 ? ", split-K " + to_string(splits) : "");
-}
-
-template <class S>
-std::string skinny_name() {
-  using std::to_string;
-  return "skinny " + to_string(S::kMaxM) + "x" + to_string(S::kBlockN) + "x" +
-         to_string(S::kBlockK) + " k-slices " + to_string(S::kSlices) + " stages " +
-         to_string(S::kStagesB) + " (B in shared memory), " + to_string(S::kStages) + " (A)";
-}
-
-// "1 K-slice per output", "4 K-slices per output": the GEMVs' names.
-std::string k_slices(int slices) {
-  return std::to_string(slices) + " K-slice" + (slices > 1 ? "s" : "") + " per output";
-}
-
 const char* layout_name(Layout l) { return l == Layout::kRowMajor ? "row-major" : "column-major"; }
 
 int current_device() {
@@ -744,10 +673,10 @@ cudaError_t launch_staging(const GemmProblem& p, const Staging& s, uint8_t* ws,
   return err;
 }
 
-// What the wgmma kernel `k` needs packed: nothing for the kSwapAB
+// What the wgmma configuration `Config` needs packed: nothing for the kSwapAB
 // configurations, which read B in place (row-major, or K-major for the
 // kSwapKMajor ones), except A's 3xTF32 parts for the WgmmaSplit3 ones.
-// WgmmaSquare also packs K-major operands whose rows are off the 32-byte L2
+// kPackOffSectorRows (WgmmaSquare's row) also packs K-major operands whose rows are off the 32-byte L2
 // sectors (e.g. K = 4100; TMA needs only 16 bytes, and each 128-byte box row
 // of such an operand touches five sectors instead of four): its mainloop,
 // which loads the most operand bytes per MMA, took 10-22% longer on them
@@ -758,16 +687,17 @@ cudaError_t launch_staging(const GemmProblem& p, const Staging& s, uint8_t* ws,
 // the sectors (K = 1000, 2000, 3000, 8200 at that M x N) ran as fast in
 // place or faster, and so did WgmmaLarge and the kSwapAB configurations off
 // them (4096 x 4096 x 4100: 457 us in place against 464 packed).
-Staging wgmma_staging(const GemmProblem& p, Kernel k) {
-  if (is_wgmma_split3(k)) {
+template <class Config, bool kPackOffSectorRows>
+Staging wgmma_staging(const GemmProblem& p) {
+  if (Config::kSplit3) {
     Staging s;
     s.pack_a = true;
     s.split_a = PackSplit::kPartsAligned;
     return sized_staging(s, p);
   }
-  if (is_wgmma_swap_ab_tf32(k)) return Staging{};
+  if (Config::kSwapAB) return Staging{};
   Staging s = plan_staging(p, /*for_wgmma=*/true, /*tf32x3=*/false);
-  if (k == Kernel::kWgmmaSquare) {
+  if (kPackOffSectorRows) {
     s.pack_a = s.pack_a || !rows_aligned(p.A, p.M, p.lda, p.batch, p.batch_stride_a, 32);
     s.pack_b = s.pack_b || !rows_aligned(p.B, p.N, p.ldb, p.batch, p.batch_stride_b, 32);
     s = sized_staging(s, p);
@@ -775,85 +705,289 @@ Staging wgmma_staging(const GemmProblem& p, Kernel k) {
   return s;
 }
 
-// f(static_cast<Config*>(nullptr)) for the WgmmaConfig of wgmma kernel `k`:
-// the one map from Kernel to configuration, for the launch and the name.
-template <class F>
-auto with_wgmma_config(Kernel k, F&& f) {
-  switch (k) {
-    case Kernel::kWgmmaNarrow:
-      return f(static_cast<WgmmaNarrow*>(nullptr));
-    case Kernel::kWgmmaSquare:
-      return f(static_cast<WgmmaSquare*>(nullptr));
-    case Kernel::kWgmmaMedium:
-      return f(static_cast<WgmmaMedium*>(nullptr));
-    case Kernel::kWgmmaPromotedLarge:
-      return f(static_cast<WgmmaPromotedLarge*>(nullptr));
-    case Kernel::kWgmmaPromotedMedium:
-      return f(static_cast<WgmmaPromotedMedium*>(nullptr));
-    case Kernel::kWgmmaLargeSwapAB:
-      return f(static_cast<WgmmaLargeSwapAB*>(nullptr));
-    case Kernel::kWgmmaMediumSwapAB:
-      return f(static_cast<WgmmaMediumSwapAB*>(nullptr));
-    case Kernel::kWgmmaNarrowSwapAB:
-      return f(static_cast<WgmmaNarrowSwapAB*>(nullptr));
-    case Kernel::kWgmmaMediumSwapABRing:
-      return f(static_cast<WgmmaMediumSwapABRing*>(nullptr));
-    case Kernel::kWgmmaSplit3SwapAB:
-      return f(static_cast<WgmmaSplit3SwapAB*>(nullptr));
-    case Kernel::kWgmmaSplit3SwapABKMajor:
-      return f(static_cast<WgmmaSplit3SwapABKMajor*>(nullptr));
-    case Kernel::kWgmmaSplit3SwapABNarrow:
-      return f(static_cast<WgmmaSplit3SwapABNarrow*>(nullptr));
-    case Kernel::kWgmmaSplit3SwapABKMajorNarrow:
-      return f(static_cast<WgmmaSplit3SwapABKMajorNarrow*>(nullptr));
-    default:
-      return f(static_cast<WgmmaLarge*>(nullptr));
+// ---- The kernel table: how each Kernel runs, what it needs and its name ----
+//
+// Each kind of row provides:
+//   kFamily               what it is (for the " 16-byte loads" note and tf32x3_on_fma)
+//   kUnsplitTF32x3        whether it takes 3xTF32's unsplit operands in place
+//                         (tf32x3_unstaged) rather than a staged problem
+//   workspace_bytes(p, c) the workspace the launch needs
+//   run(p, c, ...)        the launch, cudaErrorInvalidValue (launching nothing)
+//                         where the workspace is too small
+//   name(p, c)            what kernel_info reports
+enum class Family { kWgmma, kMmaSync, kSkinny, kGemv, kFma };
+
+// A wgmma configuration: packs what wgmma_staging says into the workspace,
+// then runs on the staged operands, its split-K or stream-K partial sums in
+// the workspace after the packs.
+template <class Config, bool kPackOffSectorRows = false>
+struct WgmmaRow {
+  static constexpr Family kFamily = Family::kWgmma;
+  // The weight split in registers, A's parts packed per call.
+  static constexpr bool kUnsplitTF32x3 = Config::kSplit3;
+
+  static size_t workspace_bytes(const GemmProblem& p, const Choice& c) {
+    const Staging s = wgmma_staging<Config, kPackOffSectorRows>(p);
+    return s.bytes_a + s.bytes_b + plan_wgmma_gemm<Config>(p, c.splits).workspace_bytes;
   }
+
+  static cudaError_t run(const GemmProblem& p, const Choice& c, void* workspace, size_t workspace_bytes,
+                         cudaStream_t stream, bool /*split3_in_registers*/) {
+    const Staging s = wgmma_staging<Config, kPackOffSectorRows>(p);
+    const size_t staged = s.bytes_a + s.bytes_b;
+    if (staged > workspace_bytes)
+      return step_result(cudaErrorInvalidValue, "workspace too small for the packed operands");
+    auto* ws = static_cast<uint8_t*>(workspace);
+    const cudaError_t err = launch_staging(p, s, ws, stream);
+    if (err != cudaSuccess) return err;
+    return launch_wgmma_gemm<Config>(staged_problem(p, s, ws), c.splits,
+                                     reinterpret_cast<float*>(ws + staged), workspace_bytes - staged,
+                                     stream);
+  }
+
+  static std::string name(const GemmProblem& p, const Choice& c) {
+    using std::to_string;
+    const Staging s = wgmma_staging<Config, kPackOffSectorRows>(p);
+    std::string name = "wgmma " + to_string(Config::BM) + "x" + to_string(Config::BN) + "x" +
+                       to_string(Config::BK) + " stages " + to_string(Config::kStages) +
+                       // The operand with its own ring, named as the caller's (A under kSwapAB).
+                       (Config::kOwnStagesB ? std::string(Config::kSwapAB ? " (A: " : " (B: ") +
+                                                  to_string(Config::kStagesB) + ")"
+                                            : "") +
+                       " cluster " + to_string(Config::kClusterM) + "x1";
+    if (Config::kPromoteKTiles == 1) name += " promoted every k-tile";
+    if (Config::kPromoteKTiles > 1)
+      name += " promoted every " + to_string(Config::kPromoteKTiles) + " k-tiles";
+    if (Config::kSwapAB) name += " swap AB (B^T from registers, C^T stored transposed)";
+    if (c.splits > 1) name += " split-K " + to_string(c.splits);
+    const WgmmaPlan plan = plan_wgmma_gemm<Config>(p, c.splits);
+    if (plan.stream_k) name += " stream-K last wave";
+    if (plan.weight_evict_first) name += " B read once (L2 evict-first)";
+    if (s.pack_a || s.pack_b)
+      name += std::string(" after packing ") + (s.pack_a ? (s.pack_b ? "A and B" : "A") : "B") +
+              " K-major";
+    return name;
+  }
+};
+
+// Which mma.sync instantiations a configuration has (mma_sync_gemm_*.cu):
+// every layout with 16- and 4-byte loads; every layout with 16-byte loads
+// only (MmaSyncLarge: its 12 scalar copies per thread and stage would
+// spill); or only the staged operands of 3xTF32 (row-major A, column-major
+// B, 16-byte loads).
+enum class MmaSyncBuilds { kAll, k16ByteLoads, kStagedOperands };
+
+template <class Config, MmaSyncBuilds kBuilds>
+struct MmaSyncRow {
+  static constexpr Family kFamily = Family::kMmaSync;
+  static constexpr bool kUnsplitTF32x3 = false;
+
+  static size_t workspace_bytes(const GemmProblem&, const Choice&) { return 0; }
+
+  static cudaError_t run(const GemmProblem& p, const Choice& c, void*, size_t, cudaStream_t stream,
+                         bool) {
+    using L = Layout;
+    if (kBuilds == MmaSyncBuilds::kStagedOperands)
+      return launch_mma_sync_gemm<Config, L::kRowMajor, L::kColMajor, true>(p, stream);
+    if (kBuilds == MmaSyncBuilds::k16ByteLoads || c.vec16) return launch_layouts<true>(p, stream);
+    return launch_layouts<false>(p, stream);
+  }
+
+  static std::string name(const GemmProblem&, const Choice&) {
+    using std::to_string;
+    return "mma_sync " + to_string(Config::BM) + "x" + to_string(Config::BN) + "x" +
+           to_string(Config::BK) + " warp " + to_string(Config::WM) + "x" + to_string(Config::WN) +
+           " stages " + to_string(Config::kStages) +
+           (Config::kPromoteKTiles > 0
+                ? " promoted every " + to_string(Config::kPromoteKTiles) + " k-tiles"
+                : "");
+  }
+
+ private:
+  template <bool kVec16>
+  static cudaError_t launch_layouts(const GemmProblem& p, cudaStream_t stream) {
+    using L = Layout;
+    const bool a_row = p.layout_a == L::kRowMajor, b_row = p.layout_b == L::kRowMajor;
+    if (a_row && b_row) return launch_mma_sync_gemm<Config, L::kRowMajor, L::kRowMajor, kVec16>(p, stream);
+    if (a_row) return launch_mma_sync_gemm<Config, L::kRowMajor, L::kColMajor, kVec16>(p, stream);
+    if (b_row) return launch_mma_sync_gemm<Config, L::kColMajor, L::kRowMajor, kVec16>(p, stream);
+    return launch_mma_sync_gemm<Config, L::kColMajor, L::kColMajor, kVec16>(p, stream);
+  }
+};
+
+// The skinny kernel (both operands K-major), splitting 3xTF32's operands in
+// registers when run_chosen says they are unsplit.
+template <class Shape>
+struct SkinnyRow {
+  static constexpr Family kFamily = Family::kSkinny;
+  static constexpr bool kUnsplitTF32x3 = true;
+
+  static size_t workspace_bytes(const GemmProblem&, const Choice&) { return 0; }
+
+  static cudaError_t run(const GemmProblem& p, const Choice&, void*, size_t, cudaStream_t stream,
+                         bool split3_in_registers) {
+    return launch_skinny_gemm(kmajor_view(p), std::is_same_v<Shape, SkinnyWide>, split3_in_registers,
+                              stream);
+  }
+
+  static std::string name(const GemmProblem& p, const Choice&) {
+    using std::to_string;
+    std::string name = "skinny " + to_string(Shape::kMaxM) + "x" + to_string(Shape::kBlockN) + "x" +
+                       to_string(Shape::kBlockK) + " k-slices " + to_string(Shape::kSlices) +
+                       " stages " + to_string(Shape::kStagesB) + " (B in shared memory), " +
+                       to_string(Shape::kStages) + " (A)";
+    if (p.M > Shape::kMaxM)
+      name += " (in blocks of " + to_string(Shape::kMaxM) + " rows, one pass over B each)";
+    return name;
+  }
+};
+
+// "1 K-slice per output", "4 K-slices per output": the GEMVs' names.
+std::string k_slices(int slices) {
+  return std::to_string(slices) + " K-slice" + (slices > 1 ? "s" : "") + " per output";
 }
 
-// Packs what wgmma_staging says into `workspace`, then runs the chosen wgmma
-// configuration on the staged operands, its split-K or stream-K partial
-// sums in the workspace after the packs. cudaErrorInvalidValue, launching
-// nothing, where workspace_bytes cannot hold the packs.
-cudaError_t run_wgmma(const GemmProblem& p, const Choice& c, void* workspace,
-                      size_t workspace_bytes, cudaStream_t stream) {
-  const Staging s = wgmma_staging(p, c.kernel);
-  const size_t staged = s.bytes_a + s.bytes_b;
-  if (staged > workspace_bytes) return step_result(cudaErrorInvalidValue, "workspace too small for the packed operands");
-  auto* ws = static_cast<uint8_t*>(workspace);
-  const cudaError_t err = launch_staging(p, s, ws, stream);
-  if (err != cudaSuccess) return err;
-  const GemmProblem q = staged_problem(p, s, ws);
-  float* partials = reinterpret_cast<float*>(ws + staged);
-  return with_wgmma_config(c.kernel, [&](auto* config) {
-    return launch_wgmma_gemm<std::remove_pointer_t<decltype(config)>>(
-        q, c.splits, partials, workspace_bytes - staged, stream);
-  });
-}
+// The FP32 GEMVs compute in FP32 whatever the precision: 3xTF32's unsplit
+// operands run as they are, at least as accurately.
+struct GemvRow {
+  static constexpr Family kFamily = Family::kGemv;
+  static constexpr bool kUnsplitTF32x3 = true;
+
+  static size_t workspace_bytes(const GemmProblem&, const Choice&) { return 0; }
+
+  static cudaError_t run(const GemmProblem& p, const Choice& c, void*, size_t, cudaStream_t stream,
+                         bool) {
+    return launch_gemv(kmajor_view(p), c.splits, stream);
+  }
+
+  static std::string name(const GemmProblem&, const Choice& c) {
+    return "gemv, FP32 FMAs, " + k_slices(c.splits);
+  }
+};
+
+struct GemvRowsRow {
+  static constexpr Family kFamily = Family::kGemv;
+  static constexpr bool kUnsplitTF32x3 = true;
+
+  static size_t workspace_bytes(const GemmProblem&, const Choice&) { return 0; }
+
+  static cudaError_t run(const GemmProblem& p, const Choice& c, void*, size_t, cudaStream_t stream,
+                         bool) {
+    return launch_gemv_rows(kmajor_view(p), c.splits, stream);
+  }
+
+  static std::string name(const GemmProblem& p, const Choice& c) {
+    return "gemv, FP32 FMAs, " + std::to_string(p.M) + " rows of A, " +
+           std::to_string(GemvRowsConfig<kGemvRowsMaxRows>::kWeightRows) + " weight rows per warp, " +
+           k_slices(c.splits);
+  }
+};
+
+struct GemvRowMajorRow {
+  static constexpr Family kFamily = Family::kGemv;
+  static constexpr bool kUnsplitTF32x3 = true;
+
+  static size_t workspace_bytes(const GemmProblem& p, const Choice& c) {
+    return splitk_partials_bytes(c.splits, p.M, p.N);
+  }
+
+  static cudaError_t run(const GemmProblem& p, const Choice& c, void* workspace, size_t workspace_bytes,
+                         cudaStream_t stream, bool) {
+    if (splitk_partials_bytes(c.splits, p.M, p.N) > workspace_bytes) return cudaErrorInvalidValue;
+    return launch_gemv_rowmajor(p, c.splits, static_cast<float*>(workspace), stream);
+  }
+
+  static std::string name(const GemmProblem& p, const Choice& c) {
+    std::string name = "gemv, FP32 FMAs, B read row by row, " +
+                       std::to_string(GemvRowMajorShape::kCols) + " columns per CTA";
+    if (p.M > 1) name += ", " + std::to_string(p.M) + " rows of A on each load of B";
+    if (p.M > kGemvRowMajorMaxRows)
+      name += " (in blocks of " + std::to_string(kGemvRowMajorMaxRows) + ", one pass over B each)";
+    if (c.splits > 1) name += ", split-K " + std::to_string(c.splits);
+    return name;
+  }
+};
 
 template <class Config>
-std::string wgmma_name(const GemmProblem& p, Kernel k, int splits) {
-  using std::to_string;
-  const Staging s = wgmma_staging(p, k);
-  std::string name = "wgmma " + to_string(Config::BM) + "x" + to_string(Config::BN) + "x" +
-                     to_string(Config::BK) + " stages " + to_string(Config::kStages) +
-                     // The operand with its own ring, named as the caller's (A under kSwapAB).
-                     (Config::kOwnStagesB ? std::string(Config::kSwapAB ? " (A: " : " (B: ") +
-                                                to_string(Config::kStagesB) + ")"
-                                          : "") +
-                     " cluster " + to_string(Config::kClusterM) + "x1";
-  if (Config::kPromoteKTiles == 1) name += " promoted every k-tile";
-  if (Config::kPromoteKTiles > 1)
-    name += " promoted every " + to_string(Config::kPromoteKTiles) + " k-tiles";
-  if (Config::kSwapAB) name += " swap AB (B^T from registers, C^T stored transposed)";
-  if (splits > 1) name += " split-K " + to_string(splits);
-  const WgmmaPlan plan = plan_wgmma_gemm<Config>(p, splits);
-  if (plan.stream_k) name += " stream-K last wave";
-  if (plan.weight_evict_first) name += " B read once (L2 evict-first)";
-  if (s.pack_a || s.pack_b)
-    name += std::string(" after packing ") + (s.pack_a ? (s.pack_b ? "A and B" : "A") : "B") +
-            " K-major";
-  return name;
+struct FmaRow {
+  static constexpr Family kFamily = Family::kFma;
+  static constexpr bool kUnsplitTF32x3 = false;
+
+  static size_t workspace_bytes(const GemmProblem& p, const Choice& c) {
+    return splitk_partials_bytes(c.splits, p.M, p.N);
+  }
+
+  static cudaError_t run(const GemmProblem& p, const Choice& c, void* workspace, size_t workspace_bytes,
+                         cudaStream_t stream, bool) {
+    if (splitk_partials_bytes(c.splits, p.M, p.N) > workspace_bytes) return cudaErrorInvalidValue;
+    return launch_fma_gemm<Config>(p, c.splits, static_cast<float*>(workspace), stream);
+  }
+
+  static std::string name(const GemmProblem&, const Choice& c) {
+    using std::to_string;
+    return "fma " + to_string(Config::BM) + "x" + to_string(Config::BN) + "x" +
+           to_string(Config::BK) + ", " + to_string(Config::kThreadRows) + "x" +
+           to_string(Config::kThreadCols) + " per thread" +
+           (c.splits > 1 ? ", split-K " + to_string(c.splits) : "");
+  }
+};
+
+template <Kernel K, class Kind>
+struct Row : Kind {
+  static constexpr Kernel kKernel = K;
+};
+
+using KernelTable = std::tuple<
+    Row<Kernel::kWgmmaLarge, WgmmaRow<WgmmaLarge>>,
+    Row<Kernel::kWgmmaLargeSwapAB, WgmmaRow<WgmmaLargeSwapAB>>,
+    Row<Kernel::kWgmmaSquare, WgmmaRow<WgmmaSquare, /*kPackOffSectorRows=*/true>>,
+    Row<Kernel::kWgmmaMedium, WgmmaRow<WgmmaMedium>>,
+    Row<Kernel::kWgmmaMediumSwapAB, WgmmaRow<WgmmaMediumSwapAB>>,
+    Row<Kernel::kWgmmaNarrow, WgmmaRow<WgmmaNarrow>>,
+    Row<Kernel::kWgmmaNarrowSwapAB, WgmmaRow<WgmmaNarrowSwapAB>>,
+    Row<Kernel::kWgmmaMediumSwapABRing, WgmmaRow<WgmmaMediumSwapABRing>>,
+    Row<Kernel::kWgmmaPromotedLarge, WgmmaRow<WgmmaPromotedLarge>>,
+    Row<Kernel::kWgmmaPromotedMedium, WgmmaRow<WgmmaPromotedMedium>>,
+    Row<Kernel::kWgmmaSplit3SwapAB, WgmmaRow<WgmmaSplit3SwapAB>>,
+    Row<Kernel::kWgmmaSplit3SwapABKMajor, WgmmaRow<WgmmaSplit3SwapABKMajor>>,
+    Row<Kernel::kWgmmaSplit3SwapABNarrow, WgmmaRow<WgmmaSplit3SwapABNarrow>>,
+    Row<Kernel::kWgmmaSplit3SwapABKMajorNarrow, WgmmaRow<WgmmaSplit3SwapABKMajorNarrow>>,
+    Row<Kernel::kMmaSyncLarge, MmaSyncRow<MmaSyncLarge, MmaSyncBuilds::k16ByteLoads>>,
+    Row<Kernel::kMmaSyncMedium, MmaSyncRow<MmaSyncMedium, MmaSyncBuilds::kAll>>,
+    Row<Kernel::kMmaSyncSmall, MmaSyncRow<MmaSyncSmall, MmaSyncBuilds::kAll>>,
+    Row<Kernel::kMmaSyncPromoted, MmaSyncRow<MmaSyncPromoted, MmaSyncBuilds::kStagedOperands>>,
+    Row<Kernel::kSkinny, SkinnyRow<SkinnyNarrow>>,
+    Row<Kernel::kSkinnyWide, SkinnyRow<SkinnyWide>>,
+    Row<Kernel::kGemv, GemvRow>,
+    Row<Kernel::kGemvRows, GemvRowsRow>,
+    Row<Kernel::kGemvRowMajor, GemvRowMajorRow>,
+    Row<Kernel::kFmaLarge, FmaRow<FmaLarge>>,
+    Row<Kernel::kFmaSmall, FmaRow<FmaSmall>>>;
+
+template <size_t... I>
+constexpr bool one_row_per_kernel(std::index_sequence<I...>) {
+  return sizeof...(I) == size_t(Kernel::kCount) &&
+         ((std::tuple_element_t<I, KernelTable>::kKernel == Kernel(I)) && ...);
+}
+static_assert(one_row_per_kernel(std::make_index_sequence<std::tuple_size_v<KernelTable>>{}),
+              "the kernel table needs exactly one row per Kernel, in the enum's order");
+
+template <class F, size_t... I>
+auto with_row(Kernel k, F&& f, std::index_sequence<I...>) {
+  decltype(f(std::tuple_element_t<0, KernelTable>{})) result{};
+  const bool found = ((size_t(k) == I && ((result = f(std::tuple_element_t<I, KernelTable>{})), true)) || ...);
+  if (!found) throw std::logic_error("pygpukit: no kernel table row for kernel " + std::to_string(int(k)));
+  return result;
+}
+
+// f(row) for the row of kernel `k`, returning what f returns.
+template <class F>
+auto with_row(Kernel k, F&& f) {
+  return with_row(k, std::forward<F>(f), std::make_index_sequence<std::tuple_size_v<KernelTable>>{});
+}
+
+Family family(Kernel k) {
+  return with_row(k, [](auto row) { return decltype(row)::kFamily; });
 }
 
 // 3xTF32 runs as one TF32 GEMM over 3K columns of packed big/small parts
@@ -864,7 +998,7 @@ std::string wgmma_name(const GemmProblem& p, Kernel k, int splits) {
 const uint8_t* const kAlignedStandIn = reinterpret_cast<const uint8_t*>(uintptr_t{256});
 
 bool tf32x3_on_fma(const GemmProblem& p) {
-  return is_fma(choose(p, Precision::kTF32, device_info(current_device())).kernel);
+  return family(choose(p, Precision::kTF32, device_info(current_device())).kernel) == Family::kFma;
 }
 
 // 3xTF32 on the unsplit operands, read in place, which saves the pack (three
@@ -873,21 +1007,14 @@ bool tf32x3_on_fma(const GemmProblem& p) {
 // the GEMV computes in FP32, at least as accurate as 3xTF32.
 bool tf32x3_unstaged(const GemmProblem& p) {
   const Kernel k = choose(p, Precision::kTF32x3, device_info(current_device())).kernel;
-  return k == Kernel::kSkinny || k == Kernel::kSkinnyWide || is_wgmma_split3(k) || is_gemv(k);
+  return with_row(k, [](auto row) { return decltype(row)::kUnsplitTF32x3; });
 }
 
 // Workspace, launch and name of what choose() picks for `p`; for kTF32x3,
 // `p` is the staged problem.
 size_t chosen_workspace_bytes(const GemmProblem& p, Precision precision) {
   const Choice c = choose(p, precision, device_info(current_device()));
-  if (c.kernel == Kernel::kGemvRowMajor || is_fma(c.kernel))
-    return splitk_partials_bytes(c.splits, p.M, p.N);
-  if (!is_wgmma(c.kernel)) return 0;
-  const Staging s = wgmma_staging(p, c.kernel);
-  return s.bytes_a + s.bytes_b + with_wgmma_config(c.kernel, [&](auto* config) {
-           return plan_wgmma_gemm<std::remove_pointer_t<decltype(config)>>(p, c.splits)
-               .workspace_bytes;
-         });
+  return with_row(c.kernel, [&](auto row) { return decltype(row)::workspace_bytes(p, c); });
 }
 
 // split3_in_registers: `p` holds 3xTF32's unsplit operands, which the
@@ -898,92 +1025,17 @@ cudaError_t run_chosen(const GemmProblem& p, Precision precision, void* workspac
                        size_t workspace_bytes, cudaStream_t stream,
                        bool split3_in_registers = false) {
   const Choice c = choose(p, precision, device_info(current_device()));
-  if (is_wgmma(c.kernel)) return run_wgmma(p, c, workspace, workspace_bytes, stream);
-  switch (c.kernel) {
-    case Kernel::kMmaSyncLarge:
-      return launch_mma_sync_width<MmaSyncLarge, true>(p, stream);
-    case Kernel::kMmaSyncMedium:
-      return launch_mma_sync<MmaSyncMedium>(p, c.vec16, stream);
-    case Kernel::kMmaSyncSmall:
-      return launch_mma_sync<MmaSyncSmall>(p, c.vec16, stream);
-    case Kernel::kMmaSyncPromoted:
-      return launch_mma_sync_gemm<MmaSyncPromoted, Layout::kRowMajor, Layout::kColMajor, true>(
-          p, stream);
-    case Kernel::kSkinny:
-    case Kernel::kSkinnyWide:
-      return launch_skinny_gemm(kmajor_view(p), c.kernel == Kernel::kSkinnyWide,
-                                split3_in_registers, stream);
-    case Kernel::kGemv:
-      return launch_gemv(kmajor_view(p), c.splits, stream);
-    case Kernel::kGemvRows:
-      return launch_gemv_rows(kmajor_view(p), c.splits, stream);
-    case Kernel::kGemvRowMajor:
-      if (splitk_partials_bytes(c.splits, p.M, p.N) > workspace_bytes) return cudaErrorInvalidValue;
-      return launch_gemv_rowmajor(p, c.splits, static_cast<float*>(workspace), stream);
-    case Kernel::kFmaLarge:
-    case Kernel::kFmaSmall:
-    default:
-      if (splitk_partials_bytes(c.splits, p.M, p.N) > workspace_bytes) return cudaErrorInvalidValue;
-      return c.kernel == Kernel::kFmaSmall
-                 ? launch_fma_gemm<FmaSmall>(p, c.splits, static_cast<float*>(workspace), stream)
-                 : launch_fma_gemm<FmaLarge>(p, c.splits, static_cast<float*>(workspace), stream);
-  }
+  return with_row(c.kernel, [&](auto row) {
+    return decltype(row)::run(p, c, workspace, workspace_bytes, stream, split3_in_registers);
+  });
 }
 
 std::string describe_chosen(const GemmProblem& p, Precision precision) {
   const Choice c = choose(p, precision, device_info(current_device()));
-  std::string name;
-  if (is_wgmma(c.kernel))
-    name = with_wgmma_config(c.kernel, [&](auto* config) {
-      return wgmma_name<std::remove_pointer_t<decltype(config)>>(p, c.kernel, c.splits);
-    });
-  switch (c.kernel) {
-    case Kernel::kMmaSyncLarge:
-      name = mma_sync_name<MmaSyncLarge>();
-      break;
-    case Kernel::kMmaSyncMedium:
-      name = mma_sync_name<MmaSyncMedium>();
-      break;
-    case Kernel::kMmaSyncSmall:
-      name = mma_sync_name<MmaSyncSmall>();
-      break;
-    case Kernel::kMmaSyncPromoted:
-      name = mma_sync_name<MmaSyncPromoted>();
-      break;
-    case Kernel::kSkinny:
-    case Kernel::kSkinnyWide:
-      name = c.kernel == Kernel::kSkinny ? skinny_name<SkinnyNarrow>() : skinny_name<SkinnyWide>();
-      if (p.M > SkinnyNarrow::kMaxM)
-        name += " (in blocks of " + std::to_string(SkinnyNarrow::kMaxM) + " rows, one pass over B each)";
-      break;
-    case Kernel::kGemv:
-      name = "gemv, FP32 FMAs, " + k_slices(c.splits);
-      break;
-    case Kernel::kGemvRows:
-      name = "gemv, FP32 FMAs, " + std::to_string(p.M) + " rows of A, " +
-             std::to_string(GemvRowsConfig<kGemvRowsMaxRows>::kWeightRows) +
-             " weight rows per warp, " + k_slices(c.splits);
-      break;
-    case Kernel::kGemvRowMajor:
-      name = "gemv, FP32 FMAs, B read row by row, " +
-             std::to_string(GemvRowMajorShape::kCols) + " columns per CTA";
-      if (p.M > 1) name += ", " + std::to_string(p.M) + " rows of A on each load of B";
-      if (p.M > kGemvRowMajorMaxRows)
-        name += " (in blocks of " + std::to_string(kGemvRowMajorMaxRows) + ", one pass over B each)";
-      if (c.splits > 1) name += ", split-K " + std::to_string(c.splits);
-      break;
-    case Kernel::kFmaLarge:
-      name = fma_name<FmaLarge>(c.splits);
-      break;
-    case Kernel::kFmaSmall:
-      name = fma_name<FmaSmall>(c.splits);
-      break;
-    default:  // the wgmma kernels, named above
-      break;
-  }
+  std::string name = with_row(c.kernel, [&](auto row) { return decltype(row)::name(p, c); });
   name += std::string(" (A ") + layout_name(p.layout_a) + ", B " + layout_name(p.layout_b);
-  if (!is_fma(c.kernel) && !is_wgmma(c.kernel))
-    name += c.vec16 ? ", 16-byte loads" : ", 4-byte loads";
+  const Family f = family(c.kernel);
+  if (f != Family::kFma && f != Family::kWgmma) name += c.vec16 ? ", 16-byte loads" : ", 4-byte loads";
   return name + ")";
 }
 
@@ -1026,9 +1078,9 @@ std::string describe_gemm(const GemmProblem& p, Precision precision) {
     if (tf32x3_on_fma(p))
       return describe_chosen(p, Precision::kIEEE) + " (3xTF32 without TF32 tensor cores: plain FP32)";
     if (tf32x3_unstaged(p)) {
-      const Kernel k = choose(p, precision, device_info(current_device())).kernel;
-      if (is_gemv(k)) return "FP32 (at least as accurate as 3xTF32) on " + describe_chosen(p, precision);
-      return (is_wgmma_split3(k)
+      const Family f = family(choose(p, precision, device_info(current_device())).kernel);
+      if (f == Family::kGemv) return "FP32 (at least as accurate as 3xTF32) on " + describe_chosen(p, precision);
+      return (f == Family::kWgmma
                   ? "3xTF32 (B split into big and small TF32 parts in registers, A's packed) on "
                   : "3xTF32 (A, B split into big and small TF32 parts in registers) on ") +
              describe_chosen(p, precision);
