@@ -10,7 +10,7 @@
 // The gradients are computed by the same operators at the forward's
 // precision, called through the dispatcher, so that double backward
 // differentiates them again and torch.compile traces them through their
-// fake implementations (pygpukit_torch/ops.py).
+// meta kernels (csrc/matmul_tf32.cpp, csrc/linear_tf32.cpp).
 #include <optional>
 #include <vector>
 

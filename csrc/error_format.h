@@ -8,13 +8,28 @@
 #include <string>
 #include <string_view>
 
+#include <c10/core/SymInt.h>
+#include <c10/core/SymNodeImpl.h>
 #include <c10/util/ArrayRef.h>
 
 namespace pygpukit {
 
 inline std::string num(int64_t v) { return std::to_string(v); }
 
+// A size that may be symbolic (torch.compile's dynamic shapes): its value,
+// or its expression ("s0", "u1 + 2") where it has none.
+inline std::string num(const c10::SymInt& v) {
+  if (const auto i = v.maybe_as_int()) return num(*i);
+  return v.toSymNodeImplUnowned()->str();
+}
+
 inline std::string shape(c10::IntArrayRef sizes) {
+  std::string s = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + num(sizes[i]);
+  return s + "]";
+}
+
+inline std::string shape(c10::SymIntArrayRef sizes) {
   std::string s = "[";
   for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + num(sizes[i]);
   return s + "]";

@@ -37,6 +37,17 @@ at::Tensor linear_tf32_cpu(const at::Tensor& x, const at::Tensor& weight,
   return apply_activation(y, act).to(at::kFloat).contiguous();
 }
 
+// Meta and fake tensors: the result's shape with the CPU and CUDA kernels'
+// checks, in their order (see matmul_tf32_meta).
+at::Tensor linear_tf32_meta(const at::Tensor& x, const at::Tensor& weight,
+                            const std::optional<at::Tensor>& bias, c10::string_view activation,
+                            std::optional<c10::string_view> precision) {
+  const c10::SymDimVector out = linear_result_shape(x, weight, bias);
+  parse_activation(activation, "linear_tf32");
+  parse_precision(precision, "linear_tf32");
+  return at::empty_symint(out, x.options());
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(pygpukit, m) {
@@ -51,5 +62,7 @@ TORCH_LIBRARY_FRAGMENT(pygpukit, m) {
 }
 
 TORCH_LIBRARY_IMPL(pygpukit, CPU, m) { m.impl("linear_tf32", &linear_tf32_cpu); }
+
+TORCH_LIBRARY_IMPL(pygpukit, Meta, m) { m.impl("linear_tf32", &linear_tf32_meta); }
 
 }  // namespace pygpukit

@@ -23,9 +23,15 @@ struct MatmulShapes {
   at::DimVector out;  // sizes of the (contiguous) result
 };
 
-// Throws c10::Error (RuntimeError in Python) naming the problem: a 0-D
-// operand, a dtype other than float32, a non-strided layout, operands on
-// different devices, or shapes that cannot be multiplied or broadcast.
+// The shape of a @ b, for real, meta and fake tensors (with torch.compile's
+// symbolic sizes): the one place the arguments are checked. Throws
+// c10::Error (RuntimeError in Python) naming the problem: a 0-D operand, a
+// dtype other than float32, a non-strided layout, operands on different
+// devices, shapes that cannot be multiplied or broadcast, or a result with
+// more elements than int64_t counts.
+c10::SymDimVector matmul_result_shape(const at::Tensor& a, const at::Tensor& b);
+
+// matmul_result_shape's checks, and the shapes of real tensors.
 MatmulShapes check_matmul_args(const at::Tensor& a, const at::Tensor& b);
 
 // "tf32", "tf32x3" or "ieee"; None takes the default (settings.h).

@@ -30,12 +30,22 @@ std::string matmul_kernel_info_cpu(const at::Tensor& a, const at::Tensor& b,
   }
 }
 
+// Meta and fake tensors (torch.compile, torch.export, FakeTensorMode): the
+// result's shape with the same checks as the CPU and CUDA kernels, so that a
+// bad call fails while tracing exactly as it fails in eager mode.
+at::Tensor matmul_tf32_meta(const at::Tensor& a, const at::Tensor& b,
+                            std::optional<c10::string_view> precision) {
+  const c10::SymDimVector out = matmul_result_shape(a, b);
+  parse_precision(precision, "matmul_tf32");
+  return at::empty_symint(out, a.options());  // contiguous, like the CPU and CUDA results
+}
+
 // Meta (and fake) tensors have no data, hence no GPU or alignment to choose a
 // kernel by; the arguments are still checked, so that a bad call fails as it
 // would on real tensors.
 std::string matmul_kernel_info_meta(const at::Tensor& a, const at::Tensor& b,
                                     std::optional<c10::string_view> precision) {
-  check_matmul_args(a, b);
+  matmul_result_shape(a, b);
   parse_precision(precision, "matmul_tf32");
   return "none (meta or fake tensors: a kernel is chosen only for real CPU or CUDA tensors)";
 }
@@ -59,6 +69,7 @@ TORCH_LIBRARY_IMPL(pygpukit, CPU, m) {
 }
 
 TORCH_LIBRARY_IMPL(pygpukit, Meta, m) {
+  m.impl("matmul_tf32", &matmul_tf32_meta);
   m.impl("matmul_kernel_info", &matmul_kernel_info_meta);
 }
 

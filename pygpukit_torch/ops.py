@@ -1,30 +1,21 @@
-"""Python side of the pygpukit operators: typed wrappers and the fake (meta)
-implementations torch.compile traces with.
+"""Python side of the pygpukit operators: typed wrappers with their documentation.
 
-The schemas, kernels and autograd formulas are C++ (csrc/matmul_tf32.cpp and
-csrc/linear_tf32.cpp for the schemas and the CPU kernels, csrc/cuda/ for the
-CUDA kernels, csrc/autograd.cpp for the derivatives); this file only adds what
-PyTorch wants in Python.
-
-The fake implementations make the C++ checks with the same exception types and
-messages, so a bad call on meta tensors fails as it does on real ones; that
-includes a bad PYGPUKIT_PRECISION, which they read as the ops do
-(PYGPUKIT_ALLOW_TF32 takes any value). While
-torch.compile traces, Dynamo reports any such error as
-``torch._dynamo.exc.TorchRuntimeError`` (a RuntimeError) quoting it, e.g.
-``got ValueError("matmul_tf32: precision must be ...")``.
+The schemas, kernels, argument checks and autograd formulas are C++
+(csrc/matmul_tf32.cpp and csrc/linear_tf32.cpp for the schemas, the CPU
+kernels and the meta kernels that torch.compile traces with, csrc/cuda/ for
+the CUDA kernels, csrc/autograd.cpp for the derivatives). The meta kernels
+make the same checks as the others, so a bad call on meta or fake tensors
+fails as it does on real ones. While torch.compile traces, Dynamo reports
+any such error as ``torch._dynamo.exc.TorchRuntimeError`` (a RuntimeError)
+quoting it, e.g. ``got ValueError("matmul_tf32: precision must be ...")``.
 """
 
 from __future__ import annotations
 
-import math
-import os
-import warnings
 from typing import Optional
 
 import torch
 
-from ._settings import innermost
 
 PRECISIONS = ("tf32", "tf32x3", "ieee")
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
@@ -228,70 +219,9 @@ def _is_vmapped(t: torch.Tensor) -> bool:
     return is_batched is not None and isinstance(t, torch.Tensor) and is_batched(t)
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
-    """The name the C++ checks print for `dtype` (c10::toString: "Float" for
-    torch.float32), read off its legacy tensor type name
-    ("torch.FloatTensor", "torch.quantized.QInt8Tensor"); torch's own name
-    where that fails. For error messages only (it makes a tensor)."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # some dtypes' tensors are deprecated
-            name = torch.empty(0, dtype=dtype, device="cpu").type()
-    except Exception:  # any failure: the plain name will do
-        return str(dtype)
-    return name.rsplit(".", 1)[-1][:-len("Tensor")]
-
-
-_INT64_MAX = 2**63 - 1
-
-
-def _matmul_shape(a: torch.Tensor, b: torch.Tensor) -> list:
-    """Output shape of ``a @ b`` with the C++ operator's checks and messages."""
-    torch._check(a.dim() >= 1 and b.dim() >= 1,
-                 lambda: f"matmul_tf32: both arguments need at least 1 dimension, got a.dim() = {a.dim()} "
-                         f"and b.dim() = {b.dim()}")
-    torch._check(a.dtype == torch.float32 and b.dtype == torch.float32,
-                 lambda: f"matmul_tf32: expected float32 tensors, got a of dtype {_dtype_name(a.dtype)} and b of "
-                         f"dtype {_dtype_name(b.dtype)}")
-    torch._check(a.device == b.device,
-                 lambda: f"matmul_tf32: expected a and b on the same device, got a on {a.device} and b on {b.device}")
-    k_b = b.shape[0] if b.dim() == 1 else b.shape[-2]
-    torch._check(a.shape[-1] == k_b,
-                 lambda: f"matmul_tf32: shapes cannot be multiplied: a has shape {list(a.shape)} and b has shape "
-                         f"{list(b.shape)} (a.size(-1) = {a.shape[-1]} but b.size({0 if b.dim() == 1 else -2}) = "
-                         f"{k_b})")
-    # Broadcast the batch dimensions, aligned from the right, as check_matmul_args
-    # does: with torch's own broadcasting, which also takes sizes known only at
-    # run time (data-dependent ones under torch.compile) without guarding on
-    # them; where it fails, the named error (its own names neither the op nor
-    # a and b).
-    n_batch = max(a.dim() - 2, b.dim() - 2, 0)
-    a_batch = [1] * (n_batch - max(a.dim() - 2, 0)) + list(a.shape[:-2])
-    b_batch = [1] * (n_batch - max(b.dim() - 2, 0)) + list(b.shape[:-2])
-    try:
-        out = list(torch.broadcast_shapes(tuple(a_batch), tuple(b_batch)))
-    except RuntimeError:
-        for i, (sa, sb) in enumerate(zip(a_batch, b_batch)):
-            torch._check(sa == sb or sa == 1 or sb == 1,
-                         lambda: f"matmul_tf32: batch dimensions cannot be broadcast: a has shape {list(a.shape)} "
-                                 f"and b has shape {list(b.shape)} ({sa} vs {sb} at batch dimension {i})")
-        raise
-    if a.dim() >= 2:
-        out = out + [a.shape[-2]]
-    if b.dim() >= 2:
-        out = out + [b.shape[-1]]
-    # Sizes known at trace time only: a product of symbolic ones would add
-    # guards for a bound that data-dependent sizes cannot reach.
-    if all(type(d) is int for d in out):
-        torch._check(math.prod(out) <= _INT64_MAX,
-                     lambda: f"matmul_tf32: the result of a with shape {list(a.shape)} and b with shape "
-                             f"{list(b.shape)} would have shape {out}, more elements than int64_t can count")
-    return out
-
-
 def _printable(text: str) -> str:
-    """The C++ printable (csrc/error_format.h), for the fake implementations'
-    messages: bytes that are not printable ASCII as \\xNN, the first 64 only."""
+    """The C++ printable (csrc/error_format.h), for messages raised in Python:
+    bytes that are not printable ASCII as \\xNN, the first 64 only."""
     try:
         data = text.encode("utf-8", "surrogateescape")  # the bytes of an environment variable
     except UnicodeEncodeError:
@@ -301,40 +231,12 @@ def _printable(text: str) -> str:
 
 
 def _check_precision(op: str, precision: Optional[str]) -> None:
-    """The C++ parse_precision's check, for the fake implementations: a
-    ValueError (torch._check_value), like its TORCH_CHECK_VALUE, so that
-    meta tensors and tracing raise what eager mode raises."""
+    """The C++ parse_precision's check, for the Python helpers that take a
+    precision before any operator runs (nn, testing): the same ValueError
+    and message."""
     torch._check_value(precision is None or precision in PRECISIONS,
                        lambda: f"{op}: precision must be 'tf32', 'tf32x3', 'ieee' or None, "
                                f"got '{_printable(precision)}'")
-
-
-def _check_call_precision(op: str, precision: Optional[str]) -> None:
-    """_check_precision, and for None (with no default_precision block open)
-    the environment variable the C++ operator then reads: meta tensors and
-    tracing raise what eager mode raises for a bad PYGPUKIT_PRECISION."""
-    _check_precision(op, precision)
-    env = os.environ.get("PYGPUKIT_PRECISION") if precision is None and innermost("precision") is None else None
-    torch._check_value(not env or env in PRECISIONS,
-                       lambda: f"{op}: the environment variable PYGPUKIT_PRECISION must be 'tf32', 'tf32x3' "
-                               f"or 'ieee', got '{_printable(env)}'")
-
-
-def _check_defined(op: str, **tensors) -> None:
-    """The C++ checks' error for a None passed to the raw operator as a
-    tensor, for the fake implementations (meta tensors, tracing)."""
-    for name, t in tensors.items():
-        torch._check(t is not None, lambda: f"{op}: expected tensors, got None for {name}")
-
-
-@torch.library.register_fake("pygpukit::matmul_tf32")
-def _(a, b, *, precision=None):
-    # The C++ operator's checks in its order: the tensors, then the precision.
-    _check_defined("matmul_tf32", a=a, b=b)
-    shape = _matmul_shape(a, b)
-    _check_call_precision("matmul_tf32", precision)
-    # Contiguous, exactly like the CUDA and CPU kernels' results.
-    return a.new_empty(shape)
 
 
 def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
@@ -379,37 +281,3 @@ def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
     return _checked_on_failure(
         lambda: _LINEAR_TF32(x, weight, bias, activation, precision=precision),
         lambda: _check_wrapper_args("linear_tf32", None, optional=("bias",), x=x, weight=weight, bias=bias))
-
-
-@torch.library.register_fake("pygpukit::linear_tf32")
-def _(x, weight, bias=None, activation="none", *, precision=None):
-    # check_linear_args (csrc/linear_args.cpp) in its order, then the
-    # activation and the precision, so that a bad call fails here as it
-    # fails in eager mode: a weight passed as [in_features, out_features] is
-    # named as such, not blamed on a bias that matches its true out_features.
-    _check_defined("linear_tf32", x=x, weight=weight)
-    tensors = [x, weight] + ([bias] if bias is not None else [])
-    torch._check(x.dim() >= 1, lambda: "linear_tf32: x needs at least 1 dimension, got a 0-d tensor")
-    torch._check(weight.dim() == 2,
-                 lambda: f"linear_tf32: expected weight of shape [out_features, in_features], got shape "
-                         f"{list(weight.shape)}")
-    torch._check(all(t.dtype == torch.float32 for t in tensors),
-                 lambda: f"linear_tf32: expected float32 tensors, got x of dtype {_dtype_name(x.dtype)}, weight of "
-                         f"dtype {_dtype_name(weight.dtype)}"
-                         + (f" and bias of dtype {_dtype_name(bias.dtype)}" if bias is not None else ""))
-    torch._check(all(t.device == x.device for t in tensors),
-                 lambda: (f"linear_tf32: expected x, weight and bias on the same device, got x on {x.device}, "
-                          f"weight on {weight.device} and bias on {bias.device}") if bias is not None else
-                 f"linear_tf32: expected x and weight on the same device, got x on {x.device} and weight on "
-                 f"{weight.device}")
-    torch._check(x.shape[-1] == weight.shape[1],
-                 lambda: f"linear_tf32: x's last dimension must equal weight's in_features: x has shape "
-                         f"{list(x.shape)} and weight has shape {list(weight.shape)} (x.size(-1) = "
-                         f"{x.shape[-1]} but weight.size(1) = {weight.shape[1]})")
-    torch._check(bias is None or (bias.dim() == 1 and bias.shape[0] == weight.shape[0]),
-                 lambda: f"linear_tf32: expected bias of shape [{weight.shape[0]}] (weight.size(0), the "
-                         f"out_features), got shape {list(bias.shape)}")
-    torch._check_value(activation in ACTIVATIONS, lambda: _unknown_activation("linear_tf32", activation))
-    _check_call_precision("linear_tf32", precision)
-    # Contiguous, exactly like the CUDA and CPU kernels' results.
-    return x.new_empty(tuple(x.shape[:-1]) + (weight.shape[0],))

@@ -111,7 +111,7 @@ def test_torch_compile_fullgraph(device):
         return torch.relu(matmul_tf32(x, w)).sum(-1) + matmul_tf32(x, v)
 
     # Inductor needs a C++ toolchain per graph on the CPU; aot_eager still traces
-    # the op through its fake implementation with fullgraph=True.
+    # the op through its meta kernel with fullgraph=True.
     backend = "inductor" if device == "cuda" else "aot_eager"
     compiled = torch.compile(f, fullgraph=True, backend=backend)
     x, w, v = (torch.randn(8, 16, device=device, requires_grad=True), torch.randn(16, 32, device=device),
@@ -285,6 +285,25 @@ def test_torch_compile_data_dependent_batch_size():
     ref = f(x.double(), b.double(), torch.matmul)
     assert out.shape == ref.shape
     assert rel_error(out, ref) < 1e-3
+
+
+def test_torch_compile_symbolic_shapes_check_as_eager_mode_does():
+    """With symbolic sizes (dynamic=True) the meta kernels give eager mode's
+    shapes, and a mismatch met while tracing raises eager mode's message
+    (with the sizes' symbols where eager mode has numbers)."""
+    mm = torch.compile(lambda a, b: matmul_tf32(a, b), backend="aot_eager", dynamic=True, fullgraph=True)
+    lin = torch.compile(lambda x, w, bias: pygpukit_torch.linear_tf32(x, w, bias, "relu"), backend="aot_eager",
+                        dynamic=True, fullgraph=True)
+    torch._dynamo.reset()
+    for n in (3, 5, 6):
+        a, b = torch.randn(2, n, 8), torch.randn(8, n + 1)
+        assert torch.equal(mm(a, b), matmul_tf32(a, b))
+        x, w, bias = torch.randn(n, 2, 16), torch.randn(n + 2, 16), torch.randn(n + 2)
+        assert torch.equal(lin(x, w, bias), pygpukit_torch.linear_tf32(x, w, bias, "relu"))
+    with pytest.raises(RuntimeError, match=r"matmul_tf32: shapes cannot be multiplied: a has shape \[s\d+, s\d+, s\d+\]"):
+        mm(torch.randn(2, 3, 8), torch.randn(9, 4))
+    with pytest.raises(RuntimeError, match=r"linear_tf32: expected bias of shape \[s?\d+\]"):
+        lin(torch.randn(2, 16), torch.randn(5, 16), torch.randn(4))
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -1,5 +1,5 @@
 """Bad input gets a clear error naming the problem, the same on meta tensors
-(the fake implementation torch.compile traces with) as on real ones."""
+(the meta kernels torch.compile traces with) as on real ones."""
 
 import gc
 import os
@@ -82,7 +82,7 @@ def test_result_too_large_to_count():
 
 
 def test_result_too_large_to_count_on_meta_tensors():
-    """The fake implementation makes the same check, with the same message
+    """The meta kernel makes the same check, with the same message
     (torch's own, from allocating the result, named neither the op nor the
     operands)."""
     messages = []
@@ -98,8 +98,8 @@ def test_result_too_large_to_count_on_meta_tensors():
 @pytest.mark.parametrize("dtypes", [(torch.float32, torch.float16, None), (torch.float64, torch.float32, None),
                                     (torch.float32, torch.float32, torch.bfloat16), (torch.int64, torch.bool, None)])
 def test_dtype_errors_on_meta_tensors_read_as_on_real_ones(dtypes):
-    """The fake implementations (meta tensors, torch.compile) name dtypes as
-    the C++ checks do ("Float", not "torch.float32"): the same message."""
+    """The meta kernels (meta tensors, torch.compile) name dtypes as the CPU
+    and CUDA kernels do ("Float", not "torch.float32"): the same message."""
     x_dtype, w_dtype, bias_dtype = dtypes
     messages = []
     for device in ("cpu", "meta"):
@@ -136,7 +136,7 @@ def test_unknown_precision(device):
 
 @pytest.mark.parametrize("device", DEVICES + ["meta"])
 def test_several_problems_report_the_first_as_eager_does(device):
-    """Meta tensors (the fake implementations) check in the C++ order, so
+    """Meta tensors (the meta kernels) check in the CPU and CUDA order, so
     a call with more than one problem names the same one everywhere: a
     transposed weight as such (not its bias), shapes before the precision,
     the arguments before the activation."""
@@ -168,7 +168,7 @@ def test_torch_compile_names_a_transposed_weight():
 
 
 def test_torch_compile_quotes_the_eager_error():
-    # Dynamo turns every error of a fake implementation into a RuntimeError
+    # Dynamo turns every error of a meta kernel into a RuntimeError
     # of its own; the one quoted must still be eager's ValueError.
     compiled = torch.compile(lambda a: matmul_tf32(a, a, precision="fp16"), backend="aot_eager", fullgraph=True)
     with pytest.raises(RuntimeError, match=r"ValueError.*matmul_tf32: precision must be"):
@@ -301,7 +301,7 @@ def test_none_for_a_tensor():
         torch.ops.pygpukit.matmul_tf32(g, None)
     with pytest.raises(RuntimeError, match="linear_tf32: expected tensors, got None for weight"):
         torch.ops.pygpukit.linear_tf32(g, None)
-    # The same on meta tensors, which the fake implementations serve.
+    # The same on meta tensors, which the meta kernels serve.
     m = torch.empty(2, 2, device="meta")
     with pytest.raises(RuntimeError, match="matmul_tf32: expected tensors, got None for a"):
         torch.ops.pygpukit.matmul_tf32(None, m)

@@ -569,7 +569,7 @@ def test_llama_block_same_output_after_swap(device):
 
 def _compile_backends(device):
     # Inductor needs a C++ toolchain per graph on the CPU; aot_eager still
-    # traces the ops through their fake implementations and autograd with
+    # traces the ops through their meta kernels and autograd with
     # fullgraph=True (as in test_autograd_compile.py).
     if device == "cpu":
         return [{"backend": "aot_eager"}]

@@ -79,7 +79,7 @@ def test_environment_edge_cases():
 @pytest.mark.parametrize("device", ["cpu", "meta", pytest.param("cuda", marks=requires_cuda)])
 def test_bad_precision_environment_variable_raises_on_every_device(device):
     """A bad PYGPUKIT_PRECISION raises the same ValueError on meta tensors
-    (the fake implementations) as in eager mode, for both ops and
+    (the meta kernels) as in eager mode, for both ops and
     kernel_info; an explicit precision does not read it; a long value is
     echoed cut short."""
     code = ("import torch, pygpukit_torch\n"
