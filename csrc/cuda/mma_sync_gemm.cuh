@@ -143,8 +143,9 @@ struct StageLoader {
 };
 
 // Rounds to TF32, in place, the elements of a stage that this thread copied
-// for both operands. Called after the thread's own cp.async groups completed
-// and before the barrier that publishes the stage, so each element is
+// for both operands (before sm_90: see kRoundFragments). Called after the
+// thread's own cp.async groups completed and before the barrier that
+// publishes the stage, so each element is
 // rounded once per threadblock instead of once per warp that reads it, and
 // the MMA loop only loads and multiplies. All loads are issued before the
 // first store: in load-round-store order per chunk the compiler cannot move
@@ -162,6 +163,24 @@ __device__ __forceinline__ void round_stage_in_place(const LoaderA& la, float* s
   la.store_rounded(sa, a);
   lb.store_rounded(sb, b);
 }
+
+// Where the operands are rounded to TF32 for the tensor core, which drops
+// the low 13 bits. From sm_90 on, in registers as each warp loads its
+// fragments: cvt.rn is one instruction there (ptx::round_fragment_to_tf32),
+// and on 64x32 warp tiles 1.5 registers per MMA; rounding each stage once in
+// shared memory instead costs a load and a store of the whole stage per
+// k-tile. H100, 2026-12-07, MmaSyncLarge forced, in-register against the
+// shared-memory pass in one run: 4096^3 tn 139.4 -> 146.2 TFLOP/s, nn
+// 145.2 -> 157.1; 8192^3 tn 145.6 -> 154.3, nn 145.4 -> 159.8; 8192 x 14336
+// x 4096 tn 133.0 -> 147.0, nn 145.8 -> 149.3. Before sm_90 the rounding
+// is two instructions (FSETP + predicated IADD) and the pass wins: sm_80
+// code (compute_80 PTX) on the same H100 with 64x64 warp tiles lost 15% to
+// rounding in registers.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+constexpr bool kRoundFragments = false;
+#else
+constexpr bool kRoundFragments = true;
+#endif
 
 // The 4-byte variants keep one block as the minimum: under MmaSyncSmall's
 // bound of three they spill 44-320 bytes (sm_90a), which the 16-byte ones do
@@ -236,7 +255,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kVec16 ? Cfg::kMinBlocksPerSM :
       ptx::cp_async_wait<Cfg::kStages - 2>();
       float* const sa = smem_a + stage * TileA::kFloats;
       float* const sb = smem_b + stage * TileB::kFloats;
-      round_stage_in_place(loader_a, sa, loader_b, sb);
+      if constexpr (!kRoundFragments) round_stage_in_place(loader_a, sa, loader_b, sb);
       // Makes stage kt (rounded) visible to all warps, and guarantees that
       // every warp finished reading stage kt - 1, which the next load
       // overwrites.
@@ -291,6 +310,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, kVec16 ? Cfg::kMinBlocksPerSM :
             b[j][0] = __float_as_uint(row[0]);
             b[j][1] = __float_as_uint(row[4 * TileB::kStride]);
           }
+        }
+        if constexpr (kRoundFragments) {
+#pragma unroll
+          for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) a[i][r] = ptx::round_fragment_to_tf32(a[i][r]);
+#pragma unroll
+          for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) b[j][r] = ptx::round_fragment_to_tf32(b[j][r]);
         }
 #pragma unroll
         for (int i = 0; i < MI; ++i)

@@ -106,6 +106,20 @@ __device__ __forceinline__ uint32_t round_to_tf32(uint32_t bits) {
              : bits;
 }
 
+// A fragment register rounded to TF32 just before mma.sync reads it. From
+// sm_90 on, `cvt.rn.tf32.f32` is one instruction (F2FP.TF32.F32.PACK_B:
+// round to nearest, ties to even, Inf and NaN kept); before it, the two of
+// round_to_tf32 (ties away). The two differ only on exact ties.
+__device__ __forceinline__ uint32_t round_fragment_to_tf32(uint32_t bits) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t rounded;
+  asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(rounded) : "f"(__uint_as_float(bits)));
+  return rounded;
+#else
+  return round_to_tf32(bits);
+#endif
+}
+
 // D = A * B + D for one 16x8x8 TF32 tile (PTX ISA 9.7.14.5.1.1).
 // A fragment: a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4);
 // B fragment: b0 (k=t, n=g), b1 (k=t+4, n=g);
