@@ -43,19 +43,15 @@ struct MmaSyncConfig {
   }
 };
 
-// 128x256x32, 16 warps of 64x32, 3 stages: ~160 KB of shared memory (sm_80:
-// 163 KB, sm_90: 227 KB per block), 128 registers per thread. Sixteen warps
-// rather than eight: on the H200 the 8-warp version of this tile (64x64 warp
-// tiles, 255 registers) ran 72-81 TFLOP/s at 4096^3 with the tensor pipe
-// mostly idle and warps stalled on fixed-latency dependencies; mma.sync
-// needs more warps per scheduler to keep HMMA issuing.
-// Interior copies after the second k8 step (kInsideCopyStep 1) rather than
-// the first: H200, forced, against step 0 in alternate processes (2026-12-02,
-// three rounds): 4096^3 nn 129.3-130.0 -> 134.6-134.9 TFLOP/s, tn
-// 131.9-132.4 -> 135.8-136.4, nt 127.3-129.5 -> 127.5-128.8. Against step
-// 1 (two rounds), step 2 lost 4% in tn and 3% in nt, step 3 9% in tn and
-// 3% in nn (and gained 1% in nt).
-using MmaSyncLarge = MmaSyncConfig<128, 256, 32, 64, 32, 3>;
+// 128x256x32, 8 warps of 64x64, 3 stages: ~160 KB of shared memory (sm_80:
+// 163 KB, sm_90: 227 KB per block), up to 255 registers per thread. 64x64
+// warp tiles load 128 B of fragments per MMA from shared memory where 64x32
+// ones load 192 (CUTLASS's sm80 kernels use 64x64). Without fragments
+// double-buffered across k-tiles they lost to 16 warps of 64x32 (H100,
+// 2026-12-07, harness: 4096^3 tn 125.2 against 146.2 TFLOP/s): each k-tile
+// began with fragment loads that only the barrier released, and 8 warps did
+// not hide them. With the double-buffered mainloop: not yet timed.
+using MmaSyncLarge = MmaSyncConfig<128, 256, 32, 64, 64, 3>;
 // 128x128x32, 8 warps of 64x32, 4 stages: ~144 KB, for problems with too few
 // 128x256 tiles to fill the GPU. Interior copies after the last k8 step
 // (2026-12-02, H200, forced at 2048^3 against step 1 in alternate

@@ -245,72 +245,123 @@ __global__ void __launch_bounds__(Cfg::kThreads, kVec16 ? Cfg::kMinBlocksPerSM :
     // Stage kt % kStages is read and (kt + kStages - 1) % kStages written:
     // counters stepped each k-tile rather than a 64-bit remainder each.
     int stage = 0, next_stage = Cfg::kStages - 1;
-    // One k-tile: wait for stage kt, round it, multiply it, and issue the
-    // copies of k-tile kt + kStages - 1, unpredicated where `inside`
-    // (std::true_type) says that k-tile and the whole tile lie inside the
-    // operands. A tag rather than a loader lambda: passing a closure that
+
+    // The fragments of one k8 step of the stage at sa / sb, as the MMAs read
+    // them (unrounded).
+    auto load_fragments = [&](const float* sa, const float* sb, int kk, uint32_t (&a)[MI][4],
+                              uint32_t (&b)[NI][2]) {
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        const int m = warp_m0 + i * 16;
+        if constexpr (kAKMajor) {
+          // Blocks: rows 0-7 / 8-15 at k 0-3, then the same at k 4-7.
+          ptx::ldmatrix_x4(a[i], sa + (m + lane % 16) * TileA::kStride + kk + (lane / 16) * 4);
+        } else {
+          // Column-major A: mma row g + 8h of each m16 tile is fed from
+          // tile row 2g + h rather than g + 8h (shared memory holds the
+          // tile as copied; the epilogue stores the accumulators' rows
+          // likewise), so a fragment's two rows are adjacent: one 8-byte
+          // load per k fills half a fragment, a[i][0..1] at k = t and
+          // a[i][2..3] at k = t + 4, 2 load instructions instead of 4.
+          // The 16 lanes of an 8-byte load phase (g < 4, t < 4) start at
+          // banks 8t + 2g (row stride 8 mod 32): conflict-free.
+          const float* pair = sa + (kk + t) * TileA::kStride + m + 2 * g;
+          const float2 lo = *reinterpret_cast<const float2*>(pair);
+          const float2 hi = *reinterpret_cast<const float2*>(pair + 4 * TileA::kStride);
+          a[i][0] = __float_as_uint(lo.x);
+          a[i][1] = __float_as_uint(lo.y);
+          a[i][2] = __float_as_uint(hi.x);
+          a[i][3] = __float_as_uint(hi.y);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < NI; ++j) {
+        const int n = warp_n0 + j * 8;
+        if constexpr (kBKMajor) {
+          // One ldmatrix.x4 gives the fragments of two n8 tiles:
+          // blocks (n 0-7, k 0-3), (n 0-7, k 4-7), (n 8-15, k 0-3), (n 8-15, k 4-7).
+          if (j % 2 == 0) {
+            uint32_t r[4];
+            ptx::ldmatrix_x4(r, sb + (n + (lane / 16) * 8 + lane % 8) * TileB::kStride + kk +
+                                    ((lane / 8) % 2) * 4);
+            b[j][0] = r[0];
+            b[j][1] = r[1];
+            b[j + 1][0] = r[2];
+            b[j + 1][1] = r[3];
+          }
+        } else {
+          // Row-major B keeps scalar loads: a fragment's two values lie at
+          // different k, so a wider load would need register moves.
+          const float* row = sb + (kk + t) * TileB::kStride + n + g;
+          b[j][0] = __float_as_uint(row[0]);
+          b[j][1] = __float_as_uint(row[4 * TileB::kStride]);
+        }
+      }
+    };
+    // Waits for the stage in slot `slot` (this thread's copies), rounds it in
+    // shared memory where the fragments are not rounded in registers, and
+    // makes it visible to all warps; the barrier also guarantees that every
+    // warp has loaded its last fragments of the previous stage, whose slot
+    // the next copies overwrite.
+    auto publish = [&](int slot) {
+      ptx::cp_async_wait<Cfg::kStages - 2>();
+      if constexpr (!kRoundFragments)
+        round_stage_in_place(loader_a, smem_a + slot * TileA::kFloats, loader_b,
+                             smem_b + slot * TileB::kFloats);
+      __syncthreads();
+    };
+
+    // Fragments in two register sets: those of k8 step s + 1 (or of the next
+    // k-tile's step 0) are loaded before step s's MMAs are issued, so that
+    // their shared-memory latency overlaps MMAs rather than stalling the
+    // warp at the top of each k-tile, where the loads could only start
+    // after the barrier. The next k-tile is published (wait + barrier)
+    // during the last step, CUTLASS's multistage order.
+    uint32_t frag_a[2][MI][4], frag_b[2][NI][2];
+    publish(0);
+    load_fragments(smem_a, smem_b, 0, frag_a[0], frag_b[0]);
+
+    // One k-tile: multiply stage kt, issue the copies of k-tile kt +
+    // kStages - 1, unpredicated where `inside` (std::true_type) says that
+    // k-tile and the whole tile lie inside the operands, and publish stage
+    // kt + 1. A tag rather than a loader lambda: passing a closure that
     // refers to the counters raised MmaSyncSmall's registers from 168 to
     // 209 (sm_90a, 4-byte copies), one block per SM fewer.
     auto k_tile_step = [&](auto kt, auto inside) {
-      ptx::cp_async_wait<Cfg::kStages - 2>();
-      float* const sa = smem_a + stage * TileA::kFloats;
-      float* const sb = smem_b + stage * TileB::kFloats;
-      if constexpr (!kRoundFragments) round_stage_in_place(loader_a, sa, loader_b, sb);
-      // Makes stage kt (rounded) visible to all warps, and guarantees that
-      // every warp finished reading stage kt - 1, which the next load
-      // overwrites.
-      __syncthreads();
-
+      constexpr int kSteps = Cfg::BK / 8;
+      static_assert(kSteps % 2 == 0, "each k-tile must start on fragment set 0");
+      const float* const sa = smem_a + stage * TileA::kFloats;
+      const float* const sb = smem_b + stage * TileB::kFloats;
 #pragma unroll
-      for (int kk = 0; kk < Cfg::BK; kk += 8) {
-        uint32_t a[MI][4], b[NI][2];
-#pragma unroll
-        for (int i = 0; i < MI; ++i) {
-          const int m = warp_m0 + i * 16;
-          if constexpr (kAKMajor) {
-            // Blocks: rows 0-7 / 8-15 at k 0-3, then the same at k 4-7.
-            ptx::ldmatrix_x4(a[i], sa + (m + lane % 16) * TileA::kStride + kk + (lane / 16) * 4);
-          } else {
-            // Column-major A: mma row g + 8h of each m16 tile is fed from
-            // tile row 2g + h rather than g + 8h (shared memory holds the
-            // tile as copied; the epilogue stores the accumulators' rows
-            // likewise), so a fragment's two rows are adjacent: one 8-byte
-            // load per k fills half a fragment, a[i][0..1] at k = t and
-            // a[i][2..3] at k = t + 4, 2 load instructions instead of 4.
-            // The 16 lanes of an 8-byte load phase (g < 4, t < 4) start at
-            // banks 8t + 2g (row stride 8 mod 32): conflict-free.
-            const float* pair = sa + (kk + t) * TileA::kStride + m + 2 * g;
-            const float2 lo = *reinterpret_cast<const float2*>(pair);
-            const float2 hi = *reinterpret_cast<const float2*>(pair + 4 * TileA::kStride);
-            a[i][0] = __float_as_uint(lo.x);
-            a[i][1] = __float_as_uint(lo.y);
-            a[i][2] = __float_as_uint(hi.x);
-            a[i][3] = __float_as_uint(hi.y);
+      for (int step = 0; step < kSteps; ++step) {
+        // The next stage's copies, before this step's fragment loads and
+        // MMAs so that their address arithmetic overlaps the MMAs in flight
+        // (interior k-tiles after step Cfg::kInsideCopyStep,
+        // mma_sync_config.h), and always before the last step's publish,
+        // whose wait counts this k-tile's group as issued.
+        if (step == (decltype(inside)::value ? Cfg::kInsideCopyStep : 0)) {
+          const auto next = kt + Cfg::kStages - 1;
+          if constexpr (decltype(inside)::value) {
+            loader_a.load_inside(smem_a + next_stage * TileA::kFloats, p.lda, next);
+            loader_b.load_inside(smem_b + next_stage * TileB::kFloats, p.ldb, next);
+          } else if (next < k_tiles) {
+            load_stage(next, next_stage);
           }
+          ptx::cp_async_commit();
         }
-#pragma unroll
-        for (int j = 0; j < NI; ++j) {
-          const int n = warp_n0 + j * 8;
-          if constexpr (kBKMajor) {
-            // One ldmatrix.x4 gives the fragments of two n8 tiles:
-            // blocks (n 0-7, k 0-3), (n 0-7, k 4-7), (n 8-15, k 0-3), (n 8-15, k 4-7).
-            if (j % 2 == 0) {
-              uint32_t r[4];
-              ptx::ldmatrix_x4(r, sb + (n + (lane / 16) * 8 + lane % 8) * TileB::kStride + kk +
-                                      ((lane / 8) % 2) * 4);
-              b[j][0] = r[0];
-              b[j][1] = r[1];
-              b[j + 1][0] = r[2];
-              b[j + 1][1] = r[3];
-            }
-          } else {
-            // Row-major B keeps scalar loads: a fragment's two values lie at
-            // different k, so a wider load would need register moves.
-            const float* row = sb + (kk + t) * TileB::kStride + n + g;
-            b[j][0] = __float_as_uint(row[0]);
-            b[j][1] = __float_as_uint(row[4 * TileB::kStride]);
-          }
+        const int cur = step % 2;
+        if (step + 1 < kSteps) {
+          load_fragments(sa, sb, 8 * (step + 1), frag_a[cur ^ 1], frag_b[cur ^ 1]);
+        } else {
+          // After the last k-tile this publishes a slot nothing was copied
+          // into and loads fragments nobody uses: harmless, and no branch.
+          const int following = stage + 1 == Cfg::kStages ? 0 : stage + 1;
+          publish(following);
+          load_fragments(smem_a + following * TileA::kFloats, smem_b + following * TileB::kFloats,
+                         0, frag_a[cur ^ 1], frag_b[cur ^ 1]);
         }
+        uint32_t (&a)[MI][4] = frag_a[cur];
+        uint32_t (&b)[NI][2] = frag_b[cur];
         if constexpr (kRoundFragments) {
 #pragma unroll
           for (int i = 0; i < MI; ++i)
@@ -325,21 +376,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, kVec16 ? Cfg::kMinBlocksPerSM :
         for (int i = 0; i < MI; ++i)
 #pragma unroll
           for (int j = 0; j < NI; ++j) ptx::mma_m16n8k8_tf32(acc[i][j], a[i], b[j]);
-        // The next stage's copies go out after a k8 step's MMAs, so that
-        // their address arithmetic overlaps those MMAs (H200, standalone
-        // harness, 4096^3 / 8192^3 nn, after step 0 rather than before it:
-        // 115.3 / 118.3 -> 120.4 / 124.4 TFLOP/s; nt within 1%); interior
-        // k-tiles after step Cfg::kInsideCopyStep (mma_sync_config.h).
-        if (kk == 8 * (decltype(inside)::value ? Cfg::kInsideCopyStep : 0)) {
-          const auto next = kt + Cfg::kStages - 1;
-          if constexpr (decltype(inside)::value) {
-            loader_a.load_inside(smem_a + next_stage * TileA::kFloats, p.lda, next);
-            loader_b.load_inside(smem_b + next_stage * TileB::kFloats, p.ldb, next);
-          } else if (next < k_tiles) {
-            load_stage(next, next_stage);
-          }
-          ptx::cp_async_commit();
-        }
       }
       if constexpr (Cfg::kPromoteKTiles > 0) {
         if ((kt + 1) % Cfg::kPromoteKTiles == 0 || kt + 1 == k_tiles) {
