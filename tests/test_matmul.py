@@ -49,7 +49,7 @@ def test_large_shapes_cuda(m, n, k, kernel):
 
 @requires_cuda
 @pytest.mark.parametrize("config,tile,copy_bytes", [
-    ("mma_sync_large", "128x256x32", 16), ("mma_sync_medium", "128x128x32", 16),
+    ("mma_sync_large", "256x128x32", 16), ("mma_sync_medium", "128x128x32", 16),
     ("mma_sync_small", "64x64x32", 16), ("mma_sync_medium", "128x128x32", 4),
     ("mma_sync_small", "64x64x32", 4)])
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])

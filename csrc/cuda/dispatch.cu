@@ -585,8 +585,7 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
     return {Kernel::kMmaSyncPromoted, true};
   // The largest tile that still gives every SM work: larger tiles issue more
   // MMAs per fragment load and read less from L2 per FLOP. The large tile
-  // has no 4-byte-load variant: its 12 scalar copies per thread and stage
-  // would spill (ptxas: ~1 KB of spills per thread).
+  // has no 4-byte-load variant (MmaSyncBuilds::k16ByteLoads).
   if (vec16 && fits_and_fills<MmaSyncLarge>(p, d)) return {Kernel::kMmaSyncLarge, true};
   if (fits_and_fills<MmaSyncMedium>(p, d)) return {Kernel::kMmaSyncMedium, vec16};
   return {Kernel::kMmaSyncSmall, vec16};
@@ -772,9 +771,10 @@ struct WgmmaRow {
 
 // Which mma.sync instantiations a configuration has (mma_sync_gemm_*.cu):
 // every layout with 16- and 4-byte loads; every layout with 16-byte loads
-// only (MmaSyncLarge: its 12 scalar copies per thread and stage would
-// spill); or only the staged operands of 3xTF32 (row-major A, column-major
-// B, 16-byte loads).
+// only (MmaSyncLarge: four times the copy instructions in a mainloop that
+// already spills; the 4-byte variant of the earlier 16-warp large tile
+// spilled ~1 KB per thread); or only the staged operands of 3xTF32
+// (row-major A, column-major B, 16-byte loads).
 enum class MmaSyncBuilds { kAll, k16ByteLoads, kStagedOperands };
 
 template <class Config, MmaSyncBuilds kBuilds>

@@ -62,7 +62,7 @@ cudaError_t run_gemm(const GemmProblem& problem, Precision precision, void* work
 
 // A short human-readable name of the kernel and tile configuration that
 // run_gemm would pick for `problem` on the current device, e.g.
-// "mma_sync 128x256x32 warp 64x32 stages 3 (A row-major, B row-major, 16-byte loads)".
+// "mma_sync 256x128x32 warp 64x64 stages 3 (A row-major, B row-major, 16-byte loads)".
 std::string describe_gemm(const GemmProblem& problem, Precision precision);
 
 }  // namespace pygpukit

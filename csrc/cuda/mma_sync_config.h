@@ -43,15 +43,19 @@ struct MmaSyncConfig {
   }
 };
 
-// 128x256x32, 8 warps of 64x64, 3 stages: ~160 KB of shared memory (sm_80:
-// 163 KB, sm_90: 227 KB per block), up to 255 registers per thread. 64x64
-// warp tiles load 128 B of fragments per MMA from shared memory where 64x32
-// ones load 192 (CUTLASS's sm80 kernels use 64x64). Without fragments
-// double-buffered across k-tiles they lost to 16 warps of 64x32 (H100,
-// 2026-12-07, harness: 4096^3 tn 125.2 against 146.2 TFLOP/s): each k-tile
-// began with fragment loads that only the barrier released, and 8 warps did
-// not hide them. With the double-buffered mainloop: not yet timed.
-using MmaSyncLarge = MmaSyncConfig<128, 256, 32, 64, 64, 3>;
+// 256x128x32, 8 warps of 64x64, 3 stages: ~160 KB of shared memory (sm_80:
+// 163 KB, sm_90: 227 KB per block), 255 registers per thread (ptxas spills
+// ~1 KB per thread, outside the k8 steps' MMAs). 64x64 warp tiles load 128 B
+// of fragments from shared memory per MMA where 64x32 ones load 192. H100,
+// 2026-12-07, forced in one run (benchmarks/experiments/mma_sync_configs.sh),
+// TFLOP/s tn / nn at 4096^3, 8192^3, 8192x14336x4096, 8192x4096x14336:
+//   this tile            150.3/146.0 179.0/168.3 145.0/140.8 184.1/182.1
+//   128x256, warp 64x64  147.3/147.4 175.9/167.9 144.0/142.5 177.1/183.2
+//   128x256, warp 64x32  146.1/158.4 153.1/157.3 144.2/153.2 147.8/158.4
+//     (16 warps, the fragment loads not double-buffered)
+// A later run gave 128x256 with 16 warps of 64x32 on this mainloop
+// 162.1/145.7 168.0/152.9 150.2/145.7 165.7/152.7.
+using MmaSyncLarge = MmaSyncConfig<256, 128, 32, 64, 64, 3>;
 // 128x128x32, 8 warps of 64x32, 4 stages: ~144 KB, for problems with too few
 // 128x256 tiles to fill the GPU. Interior copies after the last k8 step
 // (2026-12-02, H200, forced at 2048^3 against step 1 in alternate

@@ -59,14 +59,15 @@ bool encode_matrix(CUtensorMap* map, CUtensorMapDataType type, const float* ptr,
                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   };
   if (encode_once() == CUDA_SUCCESS) return true;
-  // The first products of many new threads at once failed here (H100,
-  // 2026-12-07: 11-15 of 36 threads on the default stream, 1 of 36 with a
-  // stream each). A thread that has made no runtime call that binds the device's
-  // primary context has none current (torch's device guard skips
-  // cudaSetDevice when the device is already the current one), and this
-  // driver call may then see no context: the likely cause, not yet
-  // confirmed. Bind it and try once more; a map the driver rejects for its
-  // arguments fails again, at the cost of one more call.
+  // A thread that has made no runtime call that binds the device's primary
+  // context has none current (torch's device guard skips cudaSetDevice when
+  // the device is already the current one), and this driver call then
+  // fails with CUDA_ERROR_INVALID_CONTEXT: H100, 2026-12-07, from a new
+  // std::thread it returned 201 before and after cudaGetDevice, 0 after
+  // cudaSetDevice. Without this retry 11-15 of 36 new threads making their
+  // first products at once failed; with it, none (4 processes of 36
+  // threads, 1152 calls). Bind the context and try once more; a map the
+  // driver rejects for its arguments fails again, at the cost of one call.
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
     cudaGetLastError();  // not sticky; the failed encoding is what gets reported
