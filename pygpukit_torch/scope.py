@@ -2,8 +2,9 @@
 without touching the model: ``with pygpukit_torch.enable():``.
 
 Inside the block, calls of ``torch.matmul`` / ``@``, ``torch.mm``,
-``torch.bmm``, ``torch.addmm``, ``torch.baddbmm`` (and their Tensor methods)
-and ``torch.nn.functional.linear`` (so ``nn.Linear`` too) whose operands
+``torch.bmm``, ``torch.addmm``, ``torch.baddbmm`` (and their Tensor methods),
+two-operand ``torch.einsum`` and ``torch.nn.functional.linear`` (so
+``nn.Linear`` too) whose operands
 are float32 strided tensors on an enabled device run
 ``pygpukit::matmul_tf32`` or ``pygpukit::linear_tf32``; everything else runs
 on torch unchanged. The mechanism is a ``TorchFunctionMode``
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import math
 from dataclasses import dataclass, field
 from typing import Iterator, Optional, Sequence, Tuple
 
@@ -29,7 +31,66 @@ from .precision import default_precision
 _MATMULS = (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.mm, torch.Tensor.mm, torch.bmm,
             torch.Tensor.bmm)
 _ADDMMS = (torch.addmm, torch.Tensor.addmm, torch.baddbmm, torch.Tensor.baddbmm)
-_ROUTED = frozenset(_MATMULS + _ADDMMS + (F.linear,))
+_ROUTED = frozenset(_MATMULS + _ADDMMS + (F.linear, torch.einsum))
+
+
+def _einsum_labels(term: str, ndim: int, ellipsis: int):
+    """The labels of one einsum operand's dimensions, its '...' as the last
+    dimensions of `ellipsis` broadcast ones (named 0, 1, ..., right-aligned);
+    None for a term that does not describe `ndim` dimensions."""
+    if term.count("...") > 1:
+        return None
+    if "..." not in term:
+        return list(term) if len(term) == ndim else None
+    pre, post = term.split("...")
+    own = ndim - len(pre) - len(post)
+    if own < 0:
+        return None
+    return list(pre) + list(range(ellipsis - own, ellipsis)) + list(post)
+
+
+def _einsum_plan(equation: str, a: torch.Tensor, b: torch.Tensor):
+    """How `einsum(equation, a, b)` runs as one matmul, or why it cannot.
+
+    Returns (a_sum, a_order, b_order, batch, left, right, out) with the label
+    lists of the result, or a str naming why not. Labels of one operand only
+    that the result drops are summed first; labels of both operands are
+    batch (kept) or contracted (dropped) dimensions."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, out_term = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != 2 or not all(c.isalpha() or c in ".," for c in lhs) or not all(
+            c.isalpha() or c == "." for c in out_term):
+        return "an einsum equation it does not take"
+    ellipsis = max(a.dim() - len(terms[0].replace("...", "")) if "..." in terms[0] else 0,
+                   b.dim() - len(terms[1].replace("...", "")) if "..." in terms[1] else 0)
+    la, lb = _einsum_labels(terms[0], a.dim(), ellipsis), _einsum_labels(terms[1], b.dim(), ellipsis)
+    if la is None or lb is None:
+        return "an einsum equation it does not take"
+    if len(set(la)) != len(la) or len(set(lb)) != len(lb):
+        return "einsum with a repeated label in one operand (a diagonal)"
+    if arrow:
+        out = _einsum_labels(out_term, len(out_term.replace("...", "")) + (ellipsis if "..." in out_term else 0),
+                             ellipsis)
+        if out is None or len(set(out)) != len(out) or not set(out) <= set(la) | set(lb) or (
+                "..." not in out_term and ellipsis and any(isinstance(x, int) for x in la + lb)):
+            return "an einsum equation it does not take"
+    else:  # implicit: the broadcast dimensions, then the labels used once, in alphabetical order
+        counts = collections.Counter(la + lb)
+        out = list(range(ellipsis)) + sorted(x for x in counts if isinstance(x, str) and counts[x] == 1)
+    shared = [x for x in la if x in lb]
+    batch = [x for x in out if x in shared]
+    contracted = [x for x in shared if x not in out]
+    left = [x for x in out if x in la and x not in lb]
+    right = [x for x in out if x in lb and x not in la]
+    a_sum = [x for x in la if x not in lb and x not in out]
+    b_sum = [x for x in lb if x not in la and x not in out]
+    size_a, size_b = dict(zip(la, a.shape)), dict(zip(lb, b.shape))
+    for x in shared:  # a batch dimension of size 1 broadcasts, as matmul's do
+        if size_a[x] != size_b[x] and not (x in batch and 1 in (size_a[x], size_b[x])):
+            return "einsum operands whose sizes differ for one label"
+    return a_sum, b_sum, la, lb, batch, contracted, left, right, out, size_a, size_b
+
 
 
 @dataclass
@@ -81,6 +142,8 @@ class _RouteMatmuls(TorchFunctionMode):
             return self._route(func, args, kwargs, self._addmm, kind)
         if func is F.linear:
             return self._route(func, args, kwargs, self._linear, "linear")
+        if func is torch.einsum:
+            return self._route(func, args, kwargs, self._einsum, "einsum")
         return func(*args, **kwargs)
 
     def _route(self, func, args, kwargs, route, kind):
@@ -146,6 +209,43 @@ class _RouteMatmuls(TorchFunctionMode):
         # torch's rule: with beta = 0 the input is ignored (NaN included).
         return product if beta == 0 else torch.add(product, input, alpha=beta)
 
+    def _einsum(self, kind, equation, *operands):
+        # torch.einsum hands the mode (equation, *operands), or (equation,
+        # [operands]) for the old list form.
+        if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+            operands = tuple(operands[0])
+        if not isinstance(equation, str):
+            return "an einsum equation it does not take"
+        if len(operands) != 2:
+            return f"einsum of {len(operands)} operands"
+        a, b = operands
+        why = self._check(a, b)
+        plan = why or _einsum_plan(equation, a, b)
+        if isinstance(plan, str):
+            return plan
+        a_sum, b_sum, la, lb, batch, contracted, left, right, out, size_a, size_b = plan
+        if a_sum:
+            a = a.sum([la.index(x) for x in a_sum])
+            la = [x for x in la if x not in a_sum]
+        if b_sum:
+            b = b.sum([lb.index(x) for x in b_sum])
+            lb = [x for x in lb if x not in b_sum]
+        def sizes(labels, size):
+            return [size[x] for x in labels]
+
+        # a as [*batch, left, contracted] and b as [*batch, contracted,
+        # right] (left, right and contracted labels flattened into one
+        # dimension each), one matmul, then the result's labels in order.
+        k = math.prod(sizes(contracted, size_a))
+        a = a.permute([la.index(x) for x in batch + left + contracted]).reshape(
+            *sizes(batch, size_a), math.prod(sizes(left, size_a)), k)
+        b = b.permute([lb.index(x) for x in batch + contracted + right]).reshape(
+            *sizes(batch, size_b), k, math.prod(sizes(right, size_b)))
+        product = matmul_tf32(a, b, precision=self._precision())
+        order = batch + left + right
+        product = product.reshape(list(product.shape[:len(batch)]) + sizes(left, size_a) + sizes(right, size_b))
+        return product.permute([order.index(x) for x in out])
+
     def _linear(self, kind, input, weight, bias=None):
         why = self._check(input, weight, *([bias] if bias is not None else []))
         if why is None and (weight.dim() != 2 or (bias is not None and tuple(bias.shape) != weight.shape[:1])):
@@ -174,9 +274,9 @@ def enable(precision: Optional[str] = None, *, devices: Sequence[str] = ("cuda",
     """Route the float32 matrix products made in this thread to pygpukit's ops.
 
     A thread-local torch-function mode; autograd runs through the ops' own
-    backward. Products that torch makes from C++ (``torch.einsum``,
-    attention kernels) and those under a ``torch.func`` transform stay on
-    torch. What is routed and what it costs: docs/linear_layers.md.
+    backward. Two-operand ``torch.einsum`` runs as one matmul on the ops;
+    products that torch makes from C++ (attention kernels) and those under
+    a ``torch.func`` transform stay on torch. What is routed and what it costs: docs/linear_layers.md.
 
     Args:
         precision: ``"tf32"``, ``"tf32x3"`` or ``"ieee"`` for the routed

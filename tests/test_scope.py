@@ -57,6 +57,67 @@ def test_leaves_what_it_cannot_take_to_torch(device):
     assert stats.passed == {f"operands on {other}": 1}
 
 
+EINSUMS = [  # equation, operand shapes
+    ("ij,jk->ik", (40, 64), (64, 24)), ("bhqd,bhkd->bhqk", (2, 3, 16, 32), (2, 3, 24, 32)),
+    ("bhqk,bhkd->bhqd", (2, 3, 16, 24), (2, 3, 24, 32)), ("...id,...jd->...ij", (2, 3, 16, 32), (3, 24, 32)),
+    ("...ij,...jk", (1, 16, 32), (3, 32, 24)), ("abc,cd->dba", (4, 6, 32), (32, 5)), ("ij,jk", (16, 32), (32, 8)),
+    ("ijk,k->ij", (4, 6, 32), (32,)), ("i,j->ij", (16,), (24,)), ("i,i->", (64,), (64,)),
+    ("ij,ij->i", (16, 32), (16, 32)), ("bn,bnm->bm", (4, 32), (4, 32, 8)), ("ijx,jk->ik", (8, 32, 3), (32, 8)),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("equation,shape_a,shape_b", EINSUMS)
+def test_routes_two_operand_einsum(device, equation, shape_a, shape_b):
+    """A two-operand torch.einsum runs as one matmul on the ops (labels of
+    one operand that the result drops summed first, batch dimensions of size
+    1 broadcast), in both call forms; gradients match torch's."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(shape_a, generator=g).to(device).requires_grad_()
+    b = torch.randn(shape_b, generator=g).to(device).requires_grad_()
+    with DispatchCounter() as count, pygpukit_torch.enable(devices=(device,)) as stats:
+        out = torch.einsum(equation, a, b)
+        again = torch.einsum(equation, [a, b])
+    reference = torch.einsum(equation, a.double(), b.double())
+    assert stats.taken == 2 and not stats.passed, stats
+    assert count.ops.count("pygpukit.matmul_tf32.default") == 2, count.ops
+    assert out.shape == reference.shape and torch.equal(out, again)
+    assert rel_error(out, reference) < 2e-3
+    grad = torch.randn(reference.shape, generator=g).to(device)
+    ga, gb = torch.autograd.grad(out, (a, b), grad)
+    ra, rb = torch.autograd.grad(reference, (a, b), grad.double())
+    assert rel_error(ga, ra) < 2e-3 and rel_error(gb, rb) < 2e-3
+
+
+def test_leaves_einsum_it_cannot_take_to_torch():
+    a, b, c = torch.randn(3, 3), torch.randn(3, 4), torch.randn(4, 2)
+    calls = [("ii,ij->j", (a, b)), ("ij,jk,kl->il", (a, b, c)), ("i...,...->i", (b, b[0])),
+             ("ij,jk->ik", (a.double(), b.double()))]
+    with pygpukit_torch.enable(devices=("cpu",)) as stats:
+        outs = [torch.einsum(equation, *operands) for equation, operands in calls]
+        with pytest.raises(RuntimeError):
+            torch.einsum("ij,jk->ik", a, c)  # torch's own error for sizes that do not match
+    assert stats.taken == 0
+    assert stats.passed == {"einsum with a repeated label in one operand (a diagonal)": 1,
+                            "einsum of 3 operands": 1, "an einsum equation it does not take": 1,
+                            "torch.float64 operands": 1, "einsum operands whose sizes differ for one label": 1}, \
+        stats.passed
+    for out, (equation, operands) in zip(outs, calls):
+        assert torch.equal(out, torch.einsum(equation, *operands))
+
+
+def test_einsum_under_torch_compile():
+    a, b = torch.randn(2, 3, 16, 32), torch.randn(2, 3, 24, 32)
+    compiled = torch.compile(lambda a, b: torch.einsum("bhqd,bhkd->bhqk", a, b), backend="aot_eager",
+                             fullgraph=True)
+    torch._dynamo.reset()
+    with DispatchCounter() as count, pygpukit_torch.enable(devices=("cpu",)):
+        out = compiled(a, b)
+    assert "pygpukit.matmul_tf32.default" in count.ops
+    with pygpukit_torch.enable(devices=("cpu",)):
+        assert torch.equal(out, torch.einsum("bhqd,bhkd->bhqk", a, b))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_whole_block_runs_on_the_ops_with_gradients(device):
     """Every product of a Llama-shaped block outside attention's kernel (the
