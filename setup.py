@@ -97,9 +97,12 @@ def main() -> None:
         os.environ["TORCH_CUDA_ARCH_LIST"] = _arch_list()
 
     cxx_flags = ["-O3"]  # the C++ standard is the one torch.utils.cpp_extension picks for this torch
-    sources = ["csrc/module.cpp", "csrc/tf32_emulation.cpp", "csrc/matmul_args.cpp", "csrc/matmul_tf32.cpp",
-               "csrc/activation.cpp", "csrc/linear_args.cpp", "csrc/linear_tf32.cpp", "csrc/autograd.cpp",
-               "csrc/autocast.cpp", "csrc/settings.cpp"]
+    # csrc/ops: the operators (schemas, checks, CPU emulation, autograd,
+    # autocast, settings); csrc/cuda: the CUDA adapters, the kernel choice and
+    # one folder per kernel family. Includes are written from csrc.
+    not_built = "csrc/ops/cuda_not_built.cpp"
+    sources = [path for path in sorted(glob.glob("csrc/ops/*.cpp")) if path != not_built]
+    include_dirs = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")]
 
     if build_cuda:
         nvcc_flags = ["-O3", "-lineinfo", "--expt-relaxed-constexpr"]
@@ -113,19 +116,22 @@ def main() -> None:
         else:
             print(f"pygpukit-torch: TORCH_CUDA_ARCH_LIST={os.environ['TORCH_CUDA_ARCH_LIST']!r} has no 9.0a: the "
                   "Hopper path (wgmma + TMA) is not built; H100/H200 will run the mma.sync path")
-        sources += sorted(glob.glob("csrc/cuda/*.cpp")) + sorted(glob.glob("csrc/cuda/*.cu"))
+        sources += sorted(glob.glob("csrc/cuda/**/*.cpp", recursive=True))
+        sources += sorted(glob.glob("csrc/cuda/**/*.cu", recursive=True))
         cxx_flags.append("-DPYGPUKIT_WITH_CUDA")  # module.cpp: pygpukit_torch.built_with_cuda
         ext = CUDAExtension(
             "pygpukit_torch._C",
             sources,
+            include_dirs=include_dirs,
             extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
         )
     else:
         # CUDA tensors get an error that names the cause instead of the dispatcher's.
         print("pygpukit-torch: building the CPU path only (PYGPUKIT_BUILD_CUDA=0, or no nvcc): CUDA tensors "
               "will raise an error saying so")
-        sources.append("csrc/cuda_not_built.cpp")
-        ext = CppExtension("pygpukit_torch._C", sources, extra_compile_args={"cxx": cxx_flags})
+        sources.append(not_built)
+        ext = CppExtension("pygpukit_torch._C", sources, include_dirs=include_dirs,
+                           extra_compile_args={"cxx": cxx_flags})
 
     # Name, version and dependencies live in pyproject.toml.
     setup(ext_modules=[ext], cmdclass={"build_ext": BuildExtension})

@@ -19,7 +19,7 @@ import torch
 from ._settings import setting_block
 from .ops import _printable
 
-#: The names force_kernel takes, as the extension defines them (csrc/gemm_types.h).
+#: The names force_kernel takes, as the extension defines them (csrc/ops/gemm_types.h).
 KERNELS = tuple(torch.ops.pygpukit._forceable_kernels())
 
 

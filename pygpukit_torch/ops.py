@@ -1,9 +1,9 @@
 """Python side of the pygpukit operators: typed wrappers with their documentation.
 
 The schemas, kernels, argument checks and autograd formulas are C++
-(csrc/matmul_tf32.cpp and csrc/linear_tf32.cpp for the schemas, the CPU
+(csrc/ops/matmul_tf32.cpp and csrc/ops/linear_tf32.cpp for the schemas, the CPU
 kernels and the meta kernels that torch.compile traces with, csrc/cuda/ for
-the CUDA kernels, csrc/autograd.cpp for the derivatives). The meta kernels
+the CUDA kernels, csrc/ops/autograd.cpp for the derivatives). The meta kernels
 make the same checks as the others, so a bad call on meta or fake tensors
 fails as it does on real ones. While torch.compile traces, Dynamo reports
 any such error as ``torch._dynamo.exc.TorchRuntimeError`` (a RuntimeError)
@@ -220,7 +220,7 @@ def _is_vmapped(t: torch.Tensor) -> bool:
 
 
 def _printable(text: str) -> str:
-    """The C++ printable (csrc/error_format.h), for messages raised in Python:
+    """The C++ printable (csrc/ops/error_format.h), for messages raised in Python:
     bytes that are not printable ASCII as \\xNN, the first 64 only."""
     try:
         data = text.encode("utf-8", "surrogateescape")  # the bytes of an environment variable

@@ -1,5 +1,5 @@
-"""The GEMV kernels: x[1, K] @ w[N, K].T (csrc/cuda/gemv.cu, x and w
-K-major) and x[1, K] @ W[K, N] (csrc/cuda/gemv_rowmajor.cu, W row-major), in
+"""The GEMV kernels: x[1, K] @ w[N, K].T (csrc/cuda/decode/gemv.cu, x and w
+K-major) and x[1, K] @ W[K, N] (csrc/cuda/decode/gemv_rowmajor.cu, W row-major), in
 FP32 FMAs for every precision, with the weight 16-byte aligned; and 2 to
 16 rows of x on either layout (gemv_rows.cu, gemv_rowmajor.cu), forced and
 where the automatic choice takes them. Values

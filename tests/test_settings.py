@@ -287,7 +287,7 @@ def test_many_threads_on_first_use(family, streams):
     the default stream: no call fails, and every result is bitwise equal
     to the same call made alone. Threads that made no CUDA runtime call
     yet have no current context, which the driver call encoding the Hopper
-    path's tensor maps needs (csrc/cuda/tensor_map.cu)."""
+    path's tensor maps needs (csrc/cuda/hopper/tensor_map.cu)."""
     result = subprocess.run([sys.executable, os.path.join(HERE, "first_use_threads.py"), family, streams],
                             capture_output=True, text=True, timeout=600,
                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})

@@ -1,4 +1,4 @@
-"""The decode-sized-M kernel (csrc/cuda/skinny_gemm.cu): x[M, K] @ w[N, K].T
+"""The decode-sized-M kernel (csrc/cuda/decode/skinny_gemm.cu): x[M, K] @ w[N, K].T
 for M <= 16 (up to 64 in blocks of 16 rows) with both operands K-major and 16-byte aligned (M = 1 runs it
 when forced; the automatic choice there is the GEMV, test_gemv.py, as it
 is for up to 4 rows in TF32 and 8 in 3xTF32). Values against

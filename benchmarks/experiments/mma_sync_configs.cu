@@ -11,8 +11,8 @@
 #include <array>
 #include <cstring>
 #include <cublas_v2.h>
-#include "mma_sync_gemm.cuh"
-#include "kernel_setup.cpp"
+#include "cuda/mma_sync/mma_sync_gemm.cuh"
+#include "cuda/kernel_setup.cpp"
 
 using namespace pygpukit;
 #ifndef MINB

@@ -12,7 +12,10 @@ if [ "$1" = prepare ]; then
   shift
   for rev in "$@"; do
     mkdir -p .revs/$rev
-    for f in mma_sync_gemm.cuh ptx.cuh; do git -C $root show $rev:csrc/cuda/$f > .revs/$rev/$f; done
+    for f in cuda/mma_sync/mma_sync_gemm.cuh cuda/common/ptx.cuh; do
+      mkdir -p .revs/$rev/$(dirname $f)
+      git -C $root show $rev:csrc/$f > .revs/$rev/$f
+    done
   done
   exit 0
 fi
@@ -22,7 +25,7 @@ tmp=$(mktemp -d)
 i=0
 for c in "${cfgs[@]}"; do
   set -- $c
-  src=${1%80}; inc="-I$root/csrc/cuda"; [ "$src" != tree ] && inc="-I.revs/$src $inc"
+  src=${1%80}; inc="-I$root/csrc"; [ "$src" != tree ] && inc="-I.revs/$src $inc"
   arch="-arch=sm_90a"; [ "$src" != "$1" ] && arch="-gencode arch=compute_80,code=compute_80"
   nvcc -O3 -std=c++17 $arch --expt-relaxed-constexpr -Xptxas=-v $inc -DCBM=$2 -DCBN=$3 -DCBK=$4 -DCWM=$5 \
     -DCWN=$6 -DCSTAGES=$7 ${8:+-DMINB=$8} ${9:+-DINSIDE=$9} mma_sync_configs.cu -o $tmp/m$i -lcublas > $tmp/m$i.log 2>&1 &

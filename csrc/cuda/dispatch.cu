@@ -12,20 +12,20 @@
 #include <type_traits>
 #include <utility>
 
-#include "few_rows.cuh"
-#include "fma_gemm.h"
-#include "gemm_problem.h"
-#include "gemv.h"
-#include "gemv_rows.h"
-#include "gemv_rowmajor.h"
-#include "int_math.h"
-#include "launch_util.h"
-#include "mma_sync_config.h"
-#include "pack_kmajor.h"
-#include "skinny_gemm.h"
-#include "splitk_reduce.h"
-#include "tensor_map.h"
-#include "wgmma_config.h"
+#include "cuda/decode/few_rows.cuh"
+#include "cuda/simt/fma_gemm.h"
+#include "cuda/gemm_problem.h"
+#include "cuda/decode/gemv.h"
+#include "cuda/decode/gemv_rows.h"
+#include "cuda/decode/gemv_rowmajor.h"
+#include "cuda/common/int_math.h"
+#include "cuda/launch_util.h"
+#include "cuda/mma_sync/mma_sync_config.h"
+#include "cuda/common/pack_kmajor.h"
+#include "cuda/decode/skinny_gemm.h"
+#include "cuda/common/splitk_reduce.h"
+#include "cuda/hopper/tensor_map.h"
+#include "cuda/hopper/wgmma_config.h"
 
 namespace pygpukit {
 namespace {

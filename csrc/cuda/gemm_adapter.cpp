@@ -1,4 +1,4 @@
-#include "gemm_adapter.h"
+#include "cuda/gemm_adapter.h"
 
 #include <optional>
 
@@ -6,8 +6,8 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/util/Exception.h>
 
-#include "../settings.h"
-#include "launch_util.h"
+#include "ops/settings.h"
+#include "cuda/launch_util.h"
 
 namespace pygpukit {
 namespace {

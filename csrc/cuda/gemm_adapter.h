@@ -9,7 +9,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "gemm_problem.h"
+#include "cuda/gemm_problem.h"
 
 namespace pygpukit {
 

@@ -11,7 +11,7 @@
 
 #include <cuda_runtime.h>
 
-#include "../gemm_types.h"
+#include "ops/gemm_types.h"
 
 namespace pygpukit {
 

@@ -1,4 +1,4 @@
-#include "kernel_setup.h"
+#include "cuda/kernel_setup.h"
 
 #include <mutex>
 

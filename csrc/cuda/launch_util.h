@@ -6,8 +6,8 @@
 
 #include <cuda_runtime.h>
 
-#include "gemm_problem.h"
-#include "kernel_setup.h"
+#include "cuda/gemm_problem.h"
+#include "cuda/kernel_setup.h"
 
 namespace pygpukit {
 

@@ -6,10 +6,10 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
-#include "../activation.h"
-#include "../linear_args.h"
-#include "../matmul_args.h"
-#include "gemm_adapter.h"
+#include "ops/activation.h"
+#include "ops/linear_args.h"
+#include "ops/matmul_args.h"
+#include "cuda/gemm_adapter.h"
 
 namespace pygpukit {
 namespace {

@@ -8,9 +8,9 @@
 #include <c10/util/accumulate.h>
 #include <torch/library.h>
 
-#include "../matmul_args.h"
-#include "../settings.h"
-#include "gemm_adapter.h"
+#include "ops/matmul_args.h"
+#include "ops/settings.h"
+#include "cuda/gemm_adapter.h"
 
 namespace pygpukit {
 namespace {

@@ -1,0 +1,5 @@
+#include "cuda/hopper/wgmma_gemm.cuh"
+
+namespace pygpukit {
+PYGPUKIT_INSTANTIATE_WGMMA(WgmmaNarrowSwapAB)
+}  // namespace pygpukit

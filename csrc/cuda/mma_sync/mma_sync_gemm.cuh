@@ -1,0 +1,486 @@
+// The portable TF32 tensor-core GEMM: mma.sync.m16n8k8 fed by a multi-stage
+// cp.async pipeline (sm_80 and newer). One template serves every tile
+// configuration (MmaSyncConfig), operand layout and load width; see
+// docs/tf32_tensorcore_design.md for the fragment layouts and tiling.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/common/epilogue.cuh"
+#include "cuda/launch_util.h"
+#include "cuda/mma_sync/mma_sync_config.h"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/tile_raster.cuh"
+
+namespace pygpukit {
+namespace mma_sync_detail {
+
+// Threadblocks are rasterized in groups of this many tile rows (grouped_tile).
+constexpr int64_t kGroupM = 8;
+
+// One cp.async of 16 bytes (kVec16) or 4, src_bytes of them read, the rest
+// zero-filled.
+template <bool kVec16>
+__device__ __forceinline__ void copy_async(float* dst, const float* src, int src_bytes) {
+  if constexpr (kVec16) {
+    ptx::cp_async_16(dst, src, src_bytes);
+  } else {
+    ptx::cp_async_4(dst, src, src_bytes);
+  }
+}
+
+// The cp.async copies of one operand that one thread issues per stage,
+// worked out once per output tile: copy i is row r0 + i * kRowStep of the
+// stage tile at column c, so a k-tile moves a pointer along K and checks
+// K's bound with one compare per copy (or one per thread), and M's or N's
+// bound is fixed per tile. Elements outside the operand are zero-filled, so
+// edge tiles need no other predication and the zero K tail adds nothing to
+// the accumulators. Working out each copy's 64-bit address and both bounds
+// per k-tile instead took ~8 of the ~12.5 instructions per MMA of the
+// 128x256 tile's mainloop, with register spills (SASS, sm_90a).
+//   K-major operand: tile rows are M (or N), columns K; element (mn, k) at
+//     gmem[mn * ld + k]. MN-major: tile rows are K, columns M (or N);
+//     element (k, mn) at gmem[k * ld + mn].
+template <class Tile, int kThreads, bool kVec16, bool kKMajor>
+struct StageLoader {
+  static constexpr int kWidth = kVec16 ? 4 : 1;  // floats per cp.async
+  static constexpr int kPerRow = Tile::kCols / kWidth;
+  static constexpr int kCopies = Tile::kRows * kPerRow / kThreads;
+  static constexpr int kRowStep = kThreads / kPerRow;  // tile rows between copies
+  static constexpr int kBK = kKMajor ? Tile::kCols : Tile::kRows;  // the k-tile's depth
+  static constexpr uint32_t kAllCopies = kCopies == 32 ? ~0u : (1u << kCopies) - 1;  // in_bounds, all inside
+  static_assert(kThreads % kPerRow == 0 && kCopies * kThreads == Tile::kRows * kPerRow &&
+                    kCopies <= 32,
+                "each thread copies one column of the tile, kRowStep rows apart");
+
+  const float* first;  // copy 0's source at k-tile 0
+  uint32_t in_bounds;  // bit i: copy i lies inside M (or N)
+  int mn_bytes;        // MN-major: bytes of a copy inside M (or N), which may end inside it
+  int r0_or_c;         // K-major: c, the copies' column; MN-major: r0, copy 0's row
+  int smem_offset;     // copy 0's place in the stage, in floats
+
+  __device__ __forceinline__ StageLoader(const float* gmem, int64_t ld, int64_t mn0,
+                                         int64_t mn_extent, int tid) {
+    const int r0 = tid / kPerRow, c = (tid % kPerRow) * kWidth;
+    smem_offset = r0 * Tile::kStride + c;
+    in_bounds = 0;
+    if constexpr (kKMajor) {
+      first = gmem + (mn0 + r0) * ld + c;
+      mn_bytes = 4 * kWidth;
+      r0_or_c = c;
+#pragma unroll
+      for (int i = 0; i < kCopies; ++i)
+        if (mn0 + r0 + i * kRowStep < mn_extent) in_bounds |= 1u << i;
+    } else {
+      first = gmem + r0 * ld + mn0 + c;
+      const int64_t left = mn_extent - (mn0 + c);
+      mn_bytes = 4 * (left <= 0 ? 0 : left < kWidth ? int(left) : kWidth);
+      r0_or_c = r0;
+      if (mn_bytes > 0) in_bounds = kAllCopies;
+    }
+  }
+
+  // This thread's copies as they sit in a stage, one 16- or 4-byte chunk each.
+  using Chunk = typename std::conditional<kVec16, uint4, uint32_t>::type;
+  __device__ __forceinline__ Chunk* chunk(float* stage, int i) const {
+    return reinterpret_cast<Chunk*>(stage + smem_offset + i * kRowStep * Tile::kStride);
+  }
+  __device__ __forceinline__ void fetch(float* stage, Chunk (&v)[kCopies]) const {
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) v[i] = *chunk(stage, i);
+  }
+  __device__ __forceinline__ void store_rounded(float* stage, Chunk (&v)[kCopies]) const {
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      if constexpr (kVec16) {
+        v[i] = make_uint4(ptx::round_to_tf32(v[i].x), ptx::round_to_tf32(v[i].y),
+                          ptx::round_to_tf32(v[i].z), ptx::round_to_tf32(v[i].w));
+      } else {
+        v[i] = ptx::round_to_tf32(v[i]);
+      }
+      *chunk(stage, i) = v[i];
+    }
+  }
+
+  // Copy 0's source in the k-tile that starts at column (K-major) or row k0.
+  __device__ __forceinline__ const float* source(int64_t k0, int64_t ld) const {
+    return first + (kKMajor ? k0 : k0 * ld);
+  }
+
+  // Copies k-tile `k_tile`, which lies inside K, of a tile that lies inside
+  // M (or N): no bound, zero-fill count or stand-in address, the copies'
+  // sources one pointer stepped by kRowStep rows.
+  __device__ __forceinline__ void load_inside(float* stage, int64_t ld, int k_tile) const {
+    static_assert(kVec16, "only the 16-byte path has an interior loop (see the kernel)");
+    const float* src = source(int64_t(k_tile) * kBK, ld);
+    const int64_t step = kRowStep * ld;
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i, src += step) ptx::cp_async_16(chunk(stage, i), src);
+  }
+
+  // Copies k-tile `k_tile` of an operand with K columns (K-major) or rows
+  // into `stage`, zero-filling what lies outside the operand. gmem, the
+  // operand's base, is the address of copies that read nothing: cp.async
+  // wants a legal one even then.
+  __device__ __forceinline__ void load(float* stage, const float* gmem, int64_t ld, int64_t K,
+                                       int64_t k_tile) const {
+    const int64_t k0 = k_tile * kBK;
+    const float* src = source(k0, ld);
+    int k_bytes = mn_bytes;  // K-major: this thread's column against K, the same for every copy
+    if constexpr (kKMajor) {
+      const int64_t left = K - (k0 + r0_or_c);
+      k_bytes = left >= kWidth ? 4 * kWidth : left > 0 ? 4 * int(left) : 0;
+    }
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      const bool in = ((in_bounds >> i) & 1u) &&
+                      (kKMajor ? k_bytes > 0 : k0 + r0_or_c + i * kRowStep < K);
+      copy_async<kVec16>(reinterpret_cast<float*>(chunk(stage, i)),
+                         in ? src + i * kRowStep * ld : gmem, in ? k_bytes : 0);
+    }
+  }
+};
+
+// Rounds to TF32, in place, the elements of a stage that this thread copied
+// for both operands (before sm_90: see kRoundFragments). Called after the
+// thread's own cp.async groups completed and before the barrier that
+// publishes the stage, so each element is
+// rounded once per threadblock instead of once per warp that reads it, and
+// the MMA loop only loads and multiplies. All loads are issued before the
+// first store: in load-round-store order per chunk the compiler cannot move
+// a load above the previous chunk's store (it cannot prove they do not
+// alias), and each chunk waited out a shared-memory round trip.
+// Zero-filled elements become 0x1000, which the tensor core reads as +0 (it
+// ignores the 13 low bits).
+template <class LoaderA, class LoaderB>
+__device__ __forceinline__ void round_stage_in_place(const LoaderA& la, float* sa,
+                                                     const LoaderB& lb, float* sb) {
+  typename LoaderA::Chunk a[LoaderA::kCopies];
+  typename LoaderB::Chunk b[LoaderB::kCopies];
+  la.fetch(sa, a);
+  lb.fetch(sb, b);
+  la.store_rounded(sa, a);
+  lb.store_rounded(sb, b);
+}
+
+// Where the operands are rounded to TF32 for the tensor core, which drops
+// the low 13 bits. From sm_90 on, in registers as each warp loads its
+// fragments: cvt.rn is one instruction there (ptx::round_fragment_to_tf32),
+// and on 64x32 warp tiles 1.5 registers per MMA; rounding each stage once in
+// shared memory instead costs a load and a store of the whole stage per
+// k-tile. H100, 2026-12-07, MmaSyncLarge forced, in-register against the
+// shared-memory pass in one run: 4096^3 tn 139.4 -> 146.2 TFLOP/s, nn
+// 145.2 -> 157.1; 8192^3 tn 145.6 -> 154.3, nn 145.4 -> 159.8; 8192 x 14336
+// x 4096 tn 133.0 -> 147.0, nn 145.8 -> 149.3. Before sm_90 the rounding
+// is two instructions (FSETP + predicated IADD) and the pass wins: sm_80
+// code (compute_80 PTX) on the same H100 with 64x64 warp tiles lost 15% to
+// rounding in registers.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+constexpr bool kRoundFragments = false;
+#else
+constexpr bool kRoundFragments = true;
+#endif
+
+// The 4-byte variants keep one block as the minimum: under MmaSyncSmall's
+// bound of three they spill 44-320 bytes (sm_90a), which the 16-byte ones do
+// not.
+template <class Cfg, Layout kLayoutA, Layout kLayoutB, bool kVec16>
+__global__ void __launch_bounds__(Cfg::kThreads, kVec16 ? Cfg::kMinBlocksPerSM : 1)
+    mma_sync_gemm_kernel(const GemmProblem p) {
+  constexpr bool kAKMajor = kLayoutA == Layout::kRowMajor;
+  constexpr bool kBKMajor = kLayoutB == Layout::kColMajor;
+  using TileA = SmemTile<Cfg::BM, Cfg::BK, kAKMajor>;
+  using TileB = SmemTile<Cfg::BN, Cfg::BK, kBKMajor>;
+  constexpr int MI = Cfg::kMmaM, NI = Cfg::kMmaN;
+
+  extern __shared__ __align__(16) float smem[];
+  float* const smem_a = smem;
+  float* const smem_b = smem + Cfg::kStages * TileA::kFloats;
+
+  const int tid = threadIdx.x;
+  const int lane = tid % 32, warp = tid / 32;
+  const int g = lane / 4, t = lane % 4;  // fragment row group / thread in group
+  const int warp_m0 = (warp / Cfg::kWarpsN) * Cfg::WM;
+  const int warp_n0 = (warp % Cfg::kWarpsN) * Cfg::WN;
+
+  // Grouped rasterization of blockIdx.x over the output tiles.
+  const int64_t tiles_m = ceil_div(p.M, Cfg::BM), tiles_n = ceil_div(p.N, Cfg::BN);
+  const TileCoord tile = grouped_tile<kGroupM>(blockIdx.x, tiles_m, tiles_n);
+  const int64_t m0 = tile.m * Cfg::BM, n0 = tile.n * Cfg::BN;
+  const int64_t k_tiles = ceil_div(p.K, Cfg::BK);
+
+  // gridDim.y is capped at 65535; larger batches loop.
+  for (int64_t batch = blockIdx.y; batch < p.batch; batch += gridDim.y) {
+    const float* A = p.A + batch * p.batch_stride_a;
+    const float* B = p.B + batch * p.batch_stride_b;
+
+    const StageLoader<TileA, Cfg::kThreads, kVec16, kAKMajor> loader_a(A, p.lda, m0, p.M, tid);
+    const StageLoader<TileB, Cfg::kThreads, kVec16, kBKMajor> loader_b(B, p.ldb, n0, p.N, tid);
+    auto load_stage = [&](int64_t k_tile, int stage) {
+      loader_a.load(smem_a + stage * TileA::kFloats, A, p.lda, p.K, k_tile);
+      loader_b.load(smem_b + stage * TileB::kFloats, B, p.ldb, p.K, k_tile);
+    };
+
+    float acc[MI][NI][4];
+    float total[MI][NI][4];  // the promoted sums (kPromoteKTiles > 0 only)
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NI; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[i][j][e] = total[i][j][e] = 0.0f;
+
+    // The previous batch iteration may still be reading the stages.
+    __syncthreads();
+
+    // Prologue: fill kStages - 1 stages. Every stage commits a group, empty
+    // or not, so that wait_group<kStages - 2> always means "stage kt landed".
+#pragma unroll
+    for (int s = 0; s < Cfg::kStages - 1; ++s) {
+      if (s < k_tiles) load_stage(s, s);
+      ptx::cp_async_commit();
+    }
+
+    // Stage kt % kStages is read and (kt + kStages - 1) % kStages written:
+    // counters stepped each k-tile rather than a 64-bit remainder each.
+    int stage = 0, next_stage = Cfg::kStages - 1;
+
+    // The fragments of one k8 step of the stage at sa / sb, as the MMAs read
+    // them (unrounded).
+    auto load_fragments = [&](const float* sa, const float* sb, int kk, uint32_t (&a)[MI][4],
+                              uint32_t (&b)[NI][2]) {
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        const int m = warp_m0 + i * 16;
+        if constexpr (kAKMajor) {
+          // Blocks: rows 0-7 / 8-15 at k 0-3, then the same at k 4-7.
+          ptx::ldmatrix_x4(a[i], sa + (m + lane % 16) * TileA::kStride + kk + (lane / 16) * 4);
+        } else {
+          // Column-major A: mma row g + 8h of each m16 tile is fed from
+          // tile row 2g + h rather than g + 8h (shared memory holds the
+          // tile as copied; the epilogue stores the accumulators' rows
+          // likewise), so a fragment's two rows are adjacent: one 8-byte
+          // load per k fills half a fragment, a[i][0..1] at k = t and
+          // a[i][2..3] at k = t + 4, 2 load instructions instead of 4.
+          // The 16 lanes of an 8-byte load phase (g < 4, t < 4) start at
+          // banks 8t + 2g (row stride 8 mod 32): conflict-free.
+          const float* pair = sa + (kk + t) * TileA::kStride + m + 2 * g;
+          const float2 lo = *reinterpret_cast<const float2*>(pair);
+          const float2 hi = *reinterpret_cast<const float2*>(pair + 4 * TileA::kStride);
+          a[i][0] = __float_as_uint(lo.x);
+          a[i][1] = __float_as_uint(lo.y);
+          a[i][2] = __float_as_uint(hi.x);
+          a[i][3] = __float_as_uint(hi.y);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < NI; ++j) {
+        const int n = warp_n0 + j * 8;
+        if constexpr (kBKMajor) {
+          // One ldmatrix.x4 gives the fragments of two n8 tiles:
+          // blocks (n 0-7, k 0-3), (n 0-7, k 4-7), (n 8-15, k 0-3), (n 8-15, k 4-7).
+          if (j % 2 == 0) {
+            uint32_t r[4];
+            ptx::ldmatrix_x4(r, sb + (n + (lane / 16) * 8 + lane % 8) * TileB::kStride + kk +
+                                    ((lane / 8) % 2) * 4);
+            b[j][0] = r[0];
+            b[j][1] = r[1];
+            b[j + 1][0] = r[2];
+            b[j + 1][1] = r[3];
+          }
+        } else {
+          // Row-major B keeps scalar loads: a fragment's two values lie at
+          // different k, so a wider load would need register moves.
+          const float* row = sb + (kk + t) * TileB::kStride + n + g;
+          b[j][0] = __float_as_uint(row[0]);
+          b[j][1] = __float_as_uint(row[4 * TileB::kStride]);
+        }
+      }
+    };
+    // Waits for the stage in slot `slot` (this thread's copies), rounds it in
+    // shared memory where the fragments are not rounded in registers, and
+    // makes it visible to all warps; the barrier also guarantees that every
+    // warp has loaded its last fragments of the previous stage, whose slot
+    // the next copies overwrite.
+    auto publish = [&](int slot) {
+      ptx::cp_async_wait<Cfg::kStages - 2>();
+      if constexpr (!kRoundFragments)
+        round_stage_in_place(loader_a, smem_a + slot * TileA::kFloats, loader_b,
+                             smem_b + slot * TileB::kFloats);
+      __syncthreads();
+    };
+
+    // Fragments in two register sets: those of k8 step s + 1 (or of the next
+    // k-tile's step 0) are loaded before step s's MMAs are issued, so that
+    // their shared-memory latency overlaps MMAs rather than stalling the
+    // warp at the top of each k-tile, where the loads could only start
+    // after the barrier. The next k-tile is published (wait + barrier)
+    // during the last step, CUTLASS's multistage order.
+    uint32_t frag_a[2][MI][4], frag_b[2][NI][2];
+    publish(0);
+    load_fragments(smem_a, smem_b, 0, frag_a[0], frag_b[0]);
+
+    // One k-tile: multiply stage kt, issue the copies of k-tile kt +
+    // kStages - 1, unpredicated where `inside` (std::true_type) says that
+    // k-tile and the whole tile lie inside the operands, and publish stage
+    // kt + 1. A tag rather than a loader lambda: passing a closure that
+    // refers to the counters raised MmaSyncSmall's registers from 168 to
+    // 209 (sm_90a, 4-byte copies), one block per SM fewer.
+    auto k_tile_step = [&](auto kt, auto inside) {
+      constexpr int kSteps = Cfg::BK / 8;
+      static_assert(kSteps % 2 == 0, "each k-tile must start on fragment set 0");
+      const float* const sa = smem_a + stage * TileA::kFloats;
+      const float* const sb = smem_b + stage * TileB::kFloats;
+#pragma unroll
+      for (int step = 0; step < kSteps; ++step) {
+        // The next stage's copies, before this step's fragment loads and
+        // MMAs so that their address arithmetic overlaps the MMAs in flight
+        // (interior k-tiles after step Cfg::kInsideCopyStep,
+        // mma_sync_config.h), and always before the last step's publish,
+        // whose wait counts this k-tile's group as issued.
+        if (step == (decltype(inside)::value ? Cfg::kInsideCopyStep : 0)) {
+          const auto next = kt + Cfg::kStages - 1;
+          if constexpr (decltype(inside)::value) {
+            loader_a.load_inside(smem_a + next_stage * TileA::kFloats, p.lda, next);
+            loader_b.load_inside(smem_b + next_stage * TileB::kFloats, p.ldb, next);
+          } else if (next < k_tiles) {
+            load_stage(next, next_stage);
+          }
+          ptx::cp_async_commit();
+        }
+        const int cur = step % 2;
+        if (step + 1 < kSteps) {
+          load_fragments(sa, sb, 8 * (step + 1), frag_a[cur ^ 1], frag_b[cur ^ 1]);
+        } else {
+          // After the last k-tile this publishes a slot nothing was copied
+          // into and loads fragments nobody uses: harmless, and no branch.
+          const int following = stage + 1 == Cfg::kStages ? 0 : stage + 1;
+          publish(following);
+          load_fragments(smem_a + following * TileA::kFloats, smem_b + following * TileB::kFloats,
+                         0, frag_a[cur ^ 1], frag_b[cur ^ 1]);
+        }
+        uint32_t (&a)[MI][4] = frag_a[cur];
+        uint32_t (&b)[NI][2] = frag_b[cur];
+        if constexpr (kRoundFragments) {
+#pragma unroll
+          for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) a[i][r] = ptx::round_fragment_to_tf32(a[i][r]);
+#pragma unroll
+          for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) b[j][r] = ptx::round_fragment_to_tf32(b[j][r]);
+        }
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int j = 0; j < NI; ++j) ptx::mma_m16n8k8_tf32(acc[i][j], a[i], b[j]);
+      }
+      if constexpr (Cfg::kPromoteKTiles > 0) {
+        if ((kt + 1) % Cfg::kPromoteKTiles == 0 || kt + 1 == k_tiles) {
+#pragma unroll
+          for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int j = 0; j < NI; ++j)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                total[i][j][e] += acc[i][j][e];
+                acc[i][j][e] = 0.0f;
+              }
+        }
+      }
+      stage = stage + 1 == Cfg::kStages ? 0 : stage + 1;
+      next_stage = next_stage + 1 == Cfg::kStages ? 0 : next_stage + 1;
+    };
+
+    // The k-tiles whose next copies all lie inside the operands run a loop
+    // of their own with load_inside and 32-bit counters. With the
+    // predicated loader in the same loop (even behind a branch to an
+    // unpredicated path), ptxas kept A's fragments in one register quad, so
+    // each group of four MMAs waited on the ldmatrix issued right before it;
+    // without it the hot loop is 222 instead of 380 static instructions per
+    // k-tile (MmaSyncLarge, nt; nn 240 against 454, tn 288 / 445, tt 269 /
+    // 411, and tn 256 / tt 237 since column-major A's 8-byte loads; the
+    // other tiles alike), with the fragment loads several MMAs
+    // ahead and no spill reloads (SASS, sm_90a). H200, forced, against the
+    // single loop in alternate processes: nt +4% (4096^3) to +7% (8192^3),
+    // nn within 1%, 2048^3 nn (MmaSyncMedium) +5%. MmaSyncSmall's 16-byte
+    // variants then took 168-180 registers instead of 140-150, hence their
+    // launch bound of three blocks per SM; at 1024 x 1024 x 4096 (nt, 256
+    // tiles: two per SM would do) they still run ~5% below the single loop
+    // (cause not found; see the design doc).
+    //
+    // Only with 16-byte copies: on the 4-byte path (4x the copies) an
+    // unpredicated path raised MmaSyncSmall's registers from 168 to 208, one
+    // block per SM fewer.
+    //
+    // Which loop a k-tile takes must be the same for the whole threadblock
+    // (both loops hold __syncthreads, ldmatrix and mma.sync, which need
+    // whole warps): it follows from the tile's place, not from a thread's
+    // own copies (with that, threads of one warp split between the loops
+    // on edge tiles and the block hung).
+    int kt_inside = 0;
+    if constexpr (kVec16) {
+      int inside_steps = 0;
+      if (m0 + Cfg::BM <= p.M && n0 + Cfg::BN <= p.N && p.K / Cfg::BK <= INT32_MAX)
+        inside_steps = int(p.K / Cfg::BK) - (Cfg::kStages - 1);
+      for (; kt_inside < inside_steps; ++kt_inside) k_tile_step(kt_inside, std::true_type{});
+    }
+    for (int64_t kt = kt_inside; kt < k_tiles; ++kt) k_tile_step(kt, std::false_type{});
+    ptx::cp_async_wait<0>();
+    const auto& result = Cfg::kPromoteKTiles > 0 ? total : acc;
+
+    // Epilogue: each thread owns pairs (row, col..col+1) of C; with
+    // column-major A, mma row g + 8h of an m16 tile is tile row 2g + h.
+    float* C = p.C + batch * p.batch_stride_c;
+    const bool pair_stores = pair_stores_aligned(C, p.ldc);
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {
+#pragma unroll
+      for (int j = 0; j < NI; ++j) {
+        const int64_t col = n0 + warp_n0 + j * 8 + 2 * t;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          // Summed in this order (64-bit from m0 on) for row-major A: the
+          // 32-bit sum of the in-tile offset first changed MmaSyncLarge's
+          // register allocation (spills 144 -> 160 bytes, sm_90a).
+          const int64_t row = kAKMajor ? m0 + warp_m0 + i * 16 + g + 8 * h
+                                       : m0 + warp_m0 + i * 16 + 2 * g + h;
+          store_pair(p.epilogue, C, p.ldc, p.M, p.N, row, col, result[i][j][2 * h],
+                     result[i][j][2 * h + 1], pair_stores);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace mma_sync_detail
+
+template <class Config, Layout kLayoutA, Layout kLayoutB, bool kVec16>
+cudaError_t launch_mma_sync_gemm(const GemmProblem& p, cudaStream_t stream) {
+  constexpr int kSmem = mma_sync_smem_bytes<Config>(kLayoutA, kLayoutB);
+  constexpr auto kernel = mma_sync_detail::mma_sync_gemm_kernel<Config, kLayoutA, kLayoutB, kVec16>;
+  KernelReady ready;
+  const cudaError_t err = prepare_kernel<kernel>(KernelNeeds{kSmem}, &ready);
+  if (err != cudaSuccess) return step_result(err, "setting the kernel up");
+  const dim3 grid(static_cast<unsigned>(Config::tiles(p.M, p.N)),
+                  static_cast<unsigned>(p.batch < 65535 ? p.batch : 65535));
+  kernel<<<grid, Config::kThreads, kSmem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+// Explicit instantiations of every configuration and load width the
+// dispatcher uses (MmaSyncLarge: 16-byte loads only) for one operand layout
+// pair; each mma_sync_gemm_<a><b>.cu holds one of these, so the four layouts
+// compile in parallel.
+#define PYGPUKIT_INSTANTIATE_MMA_SYNC_CONFIG(CFG, LA, LB)                                   \
+  template cudaError_t launch_mma_sync_gemm<CFG, LA, LB, true>(const GemmProblem&, cudaStream_t); \
+  template cudaError_t launch_mma_sync_gemm<CFG, LA, LB, false>(const GemmProblem&, cudaStream_t);
+#define PYGPUKIT_INSTANTIATE_MMA_SYNC(LA, LB)                                                 \
+  template cudaError_t launch_mma_sync_gemm<MmaSyncLarge, LA, LB, true>(const GemmProblem&,  \
+                                                                        cudaStream_t);       \
+  PYGPUKIT_INSTANTIATE_MMA_SYNC_CONFIG(MmaSyncMedium, LA, LB) \
+  PYGPUKIT_INSTANTIATE_MMA_SYNC_CONFIG(MmaSyncSmall, LA, LB)
+
+}  // namespace pygpukit

@@ -1,6 +1,0 @@
-// mma.sync TF32 kernels for column-major A and row-major B, every configuration.
-#include "mma_sync_gemm.cuh"
-
-namespace pygpukit {
-PYGPUKIT_INSTANTIATE_MMA_SYNC(Layout::kColMajor, Layout::kRowMajor)
-}  // namespace pygpukit

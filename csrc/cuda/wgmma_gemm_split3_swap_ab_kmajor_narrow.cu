@@ -1,5 +1,0 @@
-#include "wgmma_gemm.cuh"
-
-namespace pygpukit {
-PYGPUKIT_INSTANTIATE_WGMMA(WgmmaSplit3SwapABKMajorNarrow)
-}  // namespace pygpukit
