@@ -27,6 +27,10 @@ namespace pygpukit {
 // (round-to-nearest) adds, as 3xTF32 needs to beat FP32 accuracy. The second
 // set doubles the accumulator registers, hence a 64 x 128 tile per warpgroup.
 //
+// kOperands says where the MMAs read their operands from (WgmmaOperands
+// below); the three flags derived from it, kSwapAB, kSplit3 and
+// kSwapKMajor, are what the kernel tests.
+//
 // kSwapAB: the configuration runs a plain `a @ b` (A and B both row-major)
 // without packing B K-major first. TF32 wgmma reads only K-major operands
 // from shared memory, but its A operand may come from registers in any
@@ -58,13 +62,23 @@ namespace pygpukit {
 // activations come from L2 (H200, ncu, M = 128, x @ W to N = 14336 unsplit:
 // 68% of DRAM's rate with the shared ring), so the weight's operand gets
 // the deeper ring and the activations' the shallower one.
+enum class WgmmaOperands {
+  kSharedAB,           // A and B K-major in shared memory (the SS form), as packed if need be
+  kRegistersB,         // kSwapAB: B row-major, B^T read into registers (the RS form)
+  kSplitRegistersB,    // kSwapAB + kSplit3: the same, B^T split into 3xTF32 parts in registers
+  kSplitRegistersBKMajor,  // kSwapAB + kSplit3 + kSwapKMajor: B column-major, split in registers
+};
+
 template <int BM_, int BN_, int kStages_, int kClusterM_, int kPromoteKTiles_ = 0,
-          bool kSwapAB_ = false, bool kSplit3_ = false, bool kSwapKMajor_ = false,
-          int kStagesB_ = 0>
+          WgmmaOperands kOperands_ = WgmmaOperands::kSharedAB, int kStagesB_ = 0>
 struct WgmmaConfig {
   static constexpr int BM = BM_, BN = BN_, kClusterM = kClusterM_;
   static constexpr int kPromoteKTiles = kPromoteKTiles_;
-  static constexpr bool kSwapAB = kSwapAB_, kSplit3 = kSplit3_, kSwapKMajor = kSwapKMajor_;
+  static constexpr WgmmaOperands kOperands = kOperands_;
+  static constexpr bool kSwapAB = kOperands != WgmmaOperands::kSharedAB;
+  static constexpr bool kSplit3 = kOperands == WgmmaOperands::kSplitRegistersB ||
+                                  kOperands == WgmmaOperands::kSplitRegistersBKMajor;
+  static constexpr bool kSwapKMajor = kOperands == WgmmaOperands::kSplitRegistersBKMajor;
   // Tiles of the shared-memory operand per stage: its three parts, or one.
   static constexpr int kPartsB = kSplit3 ? 3 : 1;
   // One 128-byte swizzle atom of TF32 along K: the widest box a
@@ -107,7 +121,6 @@ struct WgmmaConfig {
                 "the register-operand mainloop gives each of two consumers 64 of C's columns");
   static_assert(!kSwapAB || (kPromoteKTiles == 0) == !kSplit3,
                 "the register-operand mainloop promotes for 3xTF32 only");
-  static_assert(!kSwapKMajor || kSwapAB, "K-major B^T is the swapped kernels' register operand");
   static_assert(!kOwnStagesB || kClusterM == 1,
                 "B's own ring is released by this block's consumers only (no multicast)");
   static_assert(kStagesB_ == 0 || kStagesB_ >= 2,
@@ -155,11 +168,11 @@ using WgmmaNarrow = WgmmaConfig<64, 128, 8, 1>;
 using WgmmaSquare = WgmmaConfig<128, 128, 6, 2>;
 // WgmmaLarge for `a @ b` with A and B row-major (kSwapAB): 128 columns x 256
 // rows of C per tile, clusters of 2 along C's N sharing their A tile.
-using WgmmaLargeSwapAB = WgmmaConfig<128, 256, 4, 2, 0, true>;
+using WgmmaLargeSwapAB = WgmmaConfig<128, 256, 4, 2, 0, WgmmaOperands::kRegistersB>;
 // WgmmaMedium's counterpart for `a @ b` at 64 < M <= 128: 128 columns x
 // 128 rows of C per tile (rows past M are not loaded and their results not
 // stored), 6 stages of 32 KB, no clusters.
-using WgmmaMediumSwapAB = WgmmaConfig<128, 128, 6, 1, 0, true>;
+using WgmmaMediumSwapAB = WgmmaConfig<128, 128, 6, 1, 0, WgmmaOperands::kRegistersB>;
 // The same for M <= 64: 64 of C's rows per tile (wgmma.m64n64k8 in the RS
 // form), half the MMAs and half the activation bytes per k-tile of the
 // 128-row tile, 8 stages of 16 KB of B^T plus 8 KB of A: 225 KB. H200,
@@ -168,7 +181,7 @@ using WgmmaMediumSwapAB = WgmmaConfig<128, 128, 6, 1, 0, true>;
 // (14336 -> 4096); M = 64 29.5 -> 29.1, 70.9 -> 66.9, 83.6 -> 71.5.
 // (Clusters of 2 sharing the activations at 64 < M <= 128 did not gain:
 // 31.7 -> 32.1, 86.7 -> 85.7, 79.8 -> 78.6.)
-using WgmmaNarrowSwapAB = WgmmaConfig<128, 64, 8, 1, 0, true>;
+using WgmmaNarrowSwapAB = WgmmaConfig<128, 64, 8, 1, 0, WgmmaOperands::kRegistersB>;
 // WgmmaMediumSwapAB where K is not split (dispatch.cu, swap_ab_choice):
 // the weight (B^T, the A operand here) in 8 slots of 16 KB and the
 // activations in 4 of their own, 128 KB of W in flight instead of 96. Each
@@ -176,7 +189,7 @@ using WgmmaNarrowSwapAB = WgmmaConfig<128, 64, 8, 1, 0, true>;
 // shared ring (this ring on every tile lost ~1 us on split 4096^2). H200,
 // bench_decode, x @ W, M = 128, 4096 -> 14336: 82.7 -> 75.3 us in one A/B
 // run, a few us over repeated runs (2026-12-02). 225 KB.
-using WgmmaMediumSwapABRing = WgmmaConfig<128, 128, 8, 1, 0, true, false, false, 4>;
+using WgmmaMediumSwapABRing = WgmmaConfig<128, 128, 8, 1, 0, WgmmaOperands::kRegistersB, 4>;
 // 3xTF32 (precision "tf32x3"): 128x128x32 with accumulators promoted every
 // 4 k-tiles (128 of K), 6 stages of 32 KB; clusters of 2 along M for M > 128.
 using WgmmaPromotedLarge = WgmmaConfig<128, 128, 6, 2, 4>;
@@ -184,14 +197,15 @@ using WgmmaPromotedMedium = WgmmaConfig<128, 128, 6, 1, 4>;
 // 3xTF32 `a @ b` (both row-major) at decode-sized M (<= 128), the weight B
 // split in registers (kSplit3): WgmmaMediumSwapAB's tile, 3 stages of 16 KB
 // of B^T plus 3 x 16 KB of A's parts, promoted every k-tile: 225 KB.
-using WgmmaSplit3SwapAB = WgmmaConfig<128, 128, 3, 1, 1, true, true>;
+using WgmmaSplit3SwapAB = WgmmaConfig<128, 128, 3, 1, 1, WgmmaOperands::kSplitRegistersB>;
 // The same for B column-major (`x @ W.T`, F.linear's weight [out, in]).
-using WgmmaSplit3SwapABKMajor = WgmmaConfig<128, 128, 3, 1, 1, true, true, true>;
+using WgmmaSplit3SwapABKMajor = WgmmaConfig<128, 128, 3, 1, 1, WgmmaOperands::kSplitRegistersBKMajor>;
 // Both for M <= 64: 64 of C's rows per tile (wgmma.m64n64k8, half the MMAs
 // of the 128-row tile, whose MMAs bound these problems), 4 stages of 16 KB
 // of B^T plus 3 x 8 KB of A's parts: 193 KB.
-using WgmmaSplit3SwapABNarrow = WgmmaConfig<128, 64, 4, 1, 1, true, true>;
-using WgmmaSplit3SwapABKMajorNarrow = WgmmaConfig<128, 64, 4, 1, 1, true, true, true>;
+using WgmmaSplit3SwapABNarrow = WgmmaConfig<128, 64, 4, 1, 1, WgmmaOperands::kSplitRegistersB>;
+using WgmmaSplit3SwapABKMajorNarrow =
+    WgmmaConfig<128, 64, 4, 1, 1, WgmmaOperands::kSplitRegistersBKMajor>;
 
 // What launch_wgmma_gemm<Config> does for `problem` with `splits` on the
 // current device: the workspace it needs (split-K's partial products, or

@@ -43,6 +43,203 @@ __device__ __forceinline__ int swap_ab_fragment_offset(int c, int warp, int lane
   return (2 * c + col / 32) * 4096 + swizzle128(k, col % 32);
 }
 
+// The mainloops: one work tile's k-tiles for each kind of configuration,
+// on the consumer's accumulators `acc`. k_tile(kt, issue) (consume) waits
+// for k-tile kt's slot, runs issue(s, sb, fresh) and handles the slot and
+// the promotion; load_fragments(f, s) loads this thread's register operand
+// of stage s.
+
+// Both operands from shared memory (the SS form).
+template <class Cfg, class TileA, class TileB, class KTile>
+__device__ __forceinline__ void ss_mainloop(const WorkTile& tile, KTile& k_tile, TileA tile_a, TileB tile_b,
+                                            int c, float (&acc)[Cfg::BN / 2]) {
+  auto ss = [&](int s, int sb, bool fresh) {
+    const uint64_t a0 = ptx::smem_desc_kmajor_sw128(ptx::smem_addr(tile_a(s)) + c * 64 * 128);
+    const uint64_t b0 = ptx::smem_desc_kmajor_sw128(ptx::smem_addr(tile_b(sb)));
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BK / 8; ++kk) {
+      ptx::wgmma_tf32<Cfg::BN>(acc, ptx::smem_desc_advance(a0, kk * 32),
+                               ptx::smem_desc_advance(b0, kk * 32), !fresh || kk > 0);
+    }
+  };
+  for (int kt = tile.k_begin; kt < tile.k_end; ++kt) k_tile(kt, ss);
+}
+
+// kSwapAB: B^T from registers (the RS form), A from shared memory.
+template <class Cfg, class TileB, class KTile, class LoadFragments>
+__device__ __forceinline__ void rs_mainloop(const WorkTile& tile, KTile& k_tile,
+                                            LoadFragments& load_fragments, TileB tile_b,
+                                            float (&acc)[Cfg::BN / 2]) {
+  // The fragments of two consecutive k-tiles: one is read by MMAs in
+  // flight while the other is loaded.
+  uint32_t frag[2][Cfg::BK / 8][4];
+  // One k-tile in the RS form: the whole k-tile's fragments first (TMA
+  // rounded them to TF32), so one fence covers them, then its MMAs.
+  auto issue_rs = [&](uint32_t(&f)[Cfg::BK / 8][4], int s, int sb, bool fresh) {
+    const uint64_t b0 = ptx::smem_desc_kmajor_sw128(ptx::smem_addr(tile_b(sb)));
+    load_fragments(f, s);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BK / 8; ++kk)
+      ptx::wgmma_tf32_rs<Cfg::BN>(acc, f[kk], ptx::smem_desc_advance(b0, kk * 32),
+                                  !fresh || kk > 0);
+  };
+  // wgmma reads its A registers until the wait_group that retires it, and
+  // nothing (not ptxas) keeps a load from overwriting them before: one
+  // array reloaded every k-tile did, while wait_group<1> kept the previous
+  // k-tile's MMAs running (wrong results on the H200). So k-tiles
+  // alternate between two arrays: the one a k-tile loads was last read
+  // by the MMAs of two k-tiles before, which the previous k-tile's
+  // wait_group<1> retired. Two k-tiles per trip give each array fixed
+  // registers, and an odd count's first k-tile runs alone on array 1, so
+  // that wherever a trip starts only array 1 can still be in flight.
+  // (Choosing the array by a branch made ptxas add a dummy wgmma where
+  // the branches join; a conditional second k-tile in the trip made it
+  // serialize every wgmma.)
+  auto rs0 = [&](int s, int sb, bool fresh) { issue_rs(frag[0], s, sb, fresh); };
+  auto rs1 = [&](int s, int sb, bool fresh) { issue_rs(frag[1], s, sb, fresh); };
+  int kt = tile.k_begin;
+  if ((tile.k_end - kt) % 2 == 1) k_tile(kt++, rs1);
+  for (; kt < tile.k_end; kt += 2) {
+    k_tile(kt, rs0);
+    k_tile(kt + 1, rs1);
+  }
+}
+
+// 3xTF32: each k-tile's B^T fragments are loaded as FP32 and split in
+// registers, then three MMAs per k8 step against A's parts, small
+// terms first, and the k-tile is promoted. The split's special cases
+// (Inf, NaN, values within 2^-12 of FLT_MAX) are tested once per
+// k-tile, one compare per value, and the short split runs where none
+// occurs (as in the skinny kernel).
+// first_item: the block's first work tile; it: the pipeline slot counter.
+template <class Cfg, class TileB, class LoadFragments, class Release, class Promote>
+__device__ __forceinline__ void split3_mainloop(const WorkTile& tile, bool first_item, uint32_t& it,
+                                                uint64_t* full, LoadFragments& load_fragments,
+                                                Release& release, Promote& promote_acc, TileB tile_b,
+                                                int c, float (&acc)[Cfg::BN / 2]) {
+  struct Fragments {
+    uint32_t big[Cfg::BK / 8][4], small[Cfg::BK / 8][4], corr[Cfg::BK / 8][4];
+  };
+  using Loaded = uint32_t[Cfg::BK / 8][4];  // a k-tile's FP32 fragments as loaded
+  // Waits for pipeline slot i's data and loads this thread's fragments.
+  auto load = [&](Loaded& v, uint32_t i) {
+    ptx::mbarrier_wait(&full[i % Cfg::kStages], (i / Cfg::kStages) & 1);
+    load_fragments(v, i % Cfg::kStages);
+  };
+  // Splits loaded fragments into f.
+  auto split_into = [&](Fragments& f, const Loaded& v) {
+    bool plain = true;
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BK / 8; ++kk)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) plain &= tf32_split_is_plain(__uint_as_float(v[kk][j]));
+    auto split = [&](auto is_plain) {
+#pragma unroll
+      for (int kk = 0; kk < Cfg::BK / 8; ++kk)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          tf32_split_operand<decltype(is_plain)::value>(v[kk][j], f.big[kk][j],
+                                                         f.small[kk][j], f.corr[kk][j]);
+    };
+    // Only registers differ between the two paths: no wgmma diverges.
+    if (__all_sync(0xFFFFFFFFu, plain)) split(std::true_type{});
+    else split(std::false_type{});
+    // Final here: the compiler must not finish the split after the
+    // wgmma.fence before this set's MMAs (ptxas then fences between
+    // them, and with two sets the split leaves the other set's MMAs).
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BK / 8; ++kk)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        ptx::fence_operand(f.big[kk][j]);
+        ptx::fence_operand(f.small[kk][j]);
+        ptx::fence_operand(f.corr[kk][j]);
+      }
+  };
+  // Slot i's MMAs from f, into a fresh accumulation. A's parts in the
+  // slot: big, small, corr; their descriptors are one computed
+  // descriptor advanced by each part's and k8 step's offset.
+  auto issue = [&](const Fragments& f, int i) {
+    const uint64_t b = ptx::smem_desc_kmajor_sw128(ptx::smem_addr(tile_b(i % Cfg::kStages)));
+    auto part = [&](int q, int kk) {
+      return ptx::smem_desc_advance(b, q * Cfg::kPartBytesB + kk * 32);
+    };
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BK / 8; ++kk)
+      ptx::wgmma_tf32_rs<Cfg::BN>(acc, f.small[kk], part(2, kk), kk > 0);
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BK / 8; ++kk)
+      ptx::wgmma_tf32_rs<Cfg::BN>(acc, f.corr[kk], part(1, kk), true);
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BK / 8; ++kk)
+      ptx::wgmma_tf32_rs<Cfg::BN>(acc, f.big[kk], part(0, kk), true);
+    ptx::wgmma_commit_group();
+  };
+  // With room for two fragment sets (the 64-row tile: 32 + 32
+  // accumulators, 2 x 48 fragments), the next k-tile's loads and split
+  // run while this k-tile's MMAs do; the 128-row tile (64 + 64
+  // accumulators) has room for one set and the next k-tile's 16 loaded
+  // values: its loads run during the MMAs, its split after them.
+  constexpr bool kOverlap = Cfg::BN == 64;
+  Fragments f[kOverlap ? 2 : 1];
+  Fragments& f0 = f[0];
+  Fragments& f1 = f[kOverlap ? 1 : 0];
+  // Both consumers would start together and then stay in step, loading
+  // and splitting at the same time while the tensor cores idle. So
+  // consumer 1 starts once consumer 0's first k-tile is done. Once per
+  // block: a barrier per tile could see consumer 0 arrive twice (tiles
+  // of fewer k-tiles than stages) before consumer 1 waits.
+  static_assert(Cfg::kConsumers == 2, "one consumer waits for the other");
+  constexpr int kStaggerBarrier = 3;  // after 0 (__syncthreads) and the consumers' 1, 2
+  bool stagger = c == 0 && first_item;
+  if (c == 1 && first_item) ptx::named_barrier_sync(kStaggerBarrier, 256);
+  // A tile's first k-tile, loaded and split into f.
+  auto load_first = [&](Fragments& f) {
+    Loaded v;
+    load(v, it);
+    split_into(f, v);
+  };
+  // One k-tile: its MMAs from cur, the next k-tile (if has_next) loaded
+  // and split into next (the split after the MMAs retired with one
+  // set), the slot released, the accumulation promoted.
+  auto step = [&](const Fragments& cur, Fragments& next, bool has_next) {
+    issue(cur, it);
+    Loaded v;
+    if (has_next) load(v, it + 1);
+    if (kOverlap && has_next) split_into(next, v);
+    ptx::wgmma_wait_group<0>();
+    release(it);
+    promote_acc();
+    if (!kOverlap && has_next) split_into(next, v);
+    ++it;
+    if (stagger) ptx::named_barrier_arrive(kStaggerBarrier, 256);
+    stagger = false;
+  };
+  if constexpr (kOverlap) {
+    // Two k-tiles per trip, from f0 then f1, so that each set has fixed
+    // registers and no wgmma sits under a condition (see the RS
+    // mainloop below); an odd count's first k-tile runs alone from f1.
+    int kt = tile.k_begin;
+    if ((tile.k_end - kt) % 2 == 1) {
+      load_first(f1);
+      step(f1, f0, kt + 1 < tile.k_end);
+      ++kt;
+    } else {
+      load_first(f0);
+    }
+    for (; kt < tile.k_end; kt += 2) {
+      step(f0, f1, true);
+      step(f1, f0, kt + 2 < tile.k_end);
+    }
+  } else {
+    load_first(f0);
+    for (int kt = tile.k_begin; kt < tile.k_end; ++kt) step(f0, f0, kt + 1 < tile.k_end);
+  }
+}
+
 // Consumer warpgroup c: for each work tile of this block, the mainloop and
 // the epilogue of rows 64c..64c+63. The producer keeps loading the next
 // tile's first k-tiles while this runs the epilogue. kStreamK: this launch
@@ -139,180 +336,12 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, const CUtensorMap*
       }
       ++it;
     };
-    if constexpr (Cfg::kSplit3) {
-      // 3xTF32: each k-tile's B^T fragments are loaded as FP32 and split in
-      // registers, then three MMAs per k8 step against A's parts, small
-      // terms first, and the k-tile is promoted. The split's special cases
-      // (Inf, NaN, values within 2^-12 of FLT_MAX) are tested once per
-      // k-tile, one compare per value, and the short split runs where none
-      // occurs (as in the skinny kernel).
-      struct Fragments {
-        uint32_t big[Cfg::BK / 8][4], small[Cfg::BK / 8][4], corr[Cfg::BK / 8][4];
-      };
-      using Loaded = uint32_t[Cfg::BK / 8][4];  // a k-tile's FP32 fragments as loaded
-      // Waits for pipeline slot i's data and loads this thread's fragments.
-      auto load = [&](Loaded& v, uint32_t i) {
-        ptx::mbarrier_wait(&full[i % Cfg::kStages], (i / Cfg::kStages) & 1);
-        load_fragments(v, i % Cfg::kStages);
-      };
-      // Splits loaded fragments into f.
-      auto split_into = [&](Fragments& f, const Loaded& v) {
-        bool plain = true;
-#pragma unroll
-        for (int kk = 0; kk < Cfg::BK / 8; ++kk)
-#pragma unroll
-          for (int j = 0; j < 4; ++j) plain &= tf32_split_is_plain(__uint_as_float(v[kk][j]));
-        auto split = [&](auto is_plain) {
-#pragma unroll
-          for (int kk = 0; kk < Cfg::BK / 8; ++kk)
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-              tf32_split_operand<decltype(is_plain)::value>(v[kk][j], f.big[kk][j],
-                                                             f.small[kk][j], f.corr[kk][j]);
-        };
-        // Only registers differ between the two paths: no wgmma diverges.
-        if (__all_sync(0xFFFFFFFFu, plain)) split(std::true_type{});
-        else split(std::false_type{});
-        // Final here: the compiler must not finish the split after the
-        // wgmma.fence before this set's MMAs (ptxas then fences between
-        // them, and with two sets the split leaves the other set's MMAs).
-#pragma unroll
-        for (int kk = 0; kk < Cfg::BK / 8; ++kk)
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            ptx::fence_operand(f.big[kk][j]);
-            ptx::fence_operand(f.small[kk][j]);
-            ptx::fence_operand(f.corr[kk][j]);
-          }
-      };
-      // Slot i's MMAs from f, into a fresh accumulation. A's parts in the
-      // slot: big, small, corr; their descriptors are one computed
-      // descriptor advanced by each part's and k8 step's offset.
-      auto issue = [&](const Fragments& f, int i) {
-        const uint64_t b = ptx::smem_desc_kmajor_sw128(ptx::smem_addr(tile_b(i % Cfg::kStages)));
-        auto part = [&](int q, int kk) {
-          return ptx::smem_desc_advance(b, q * Cfg::kPartBytesB + kk * 32);
-        };
-        ptx::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < Cfg::BK / 8; ++kk)
-          ptx::wgmma_tf32_rs<Cfg::BN>(acc, f.small[kk], part(2, kk), kk > 0);
-#pragma unroll
-        for (int kk = 0; kk < Cfg::BK / 8; ++kk)
-          ptx::wgmma_tf32_rs<Cfg::BN>(acc, f.corr[kk], part(1, kk), true);
-#pragma unroll
-        for (int kk = 0; kk < Cfg::BK / 8; ++kk)
-          ptx::wgmma_tf32_rs<Cfg::BN>(acc, f.big[kk], part(0, kk), true);
-        ptx::wgmma_commit_group();
-      };
-      // With room for two fragment sets (the 64-row tile: 32 + 32
-      // accumulators, 2 x 48 fragments), the next k-tile's loads and split
-      // run while this k-tile's MMAs do; the 128-row tile (64 + 64
-      // accumulators) has room for one set and the next k-tile's 16 loaded
-      // values: its loads run during the MMAs, its split after them.
-      constexpr bool kOverlap = Cfg::BN == 64;
-      Fragments f[kOverlap ? 2 : 1];
-      Fragments& f0 = f[0];
-      Fragments& f1 = f[kOverlap ? 1 : 0];
-      // Both consumers would start together and then stay in step, loading
-      // and splitting at the same time while the tensor cores idle. So
-      // consumer 1 starts once consumer 0's first k-tile is done. Once per
-      // block: a barrier per tile could see consumer 0 arrive twice (tiles
-      // of fewer k-tiles than stages) before consumer 1 waits.
-      static_assert(Cfg::kConsumers == 2, "one consumer waits for the other");
-      constexpr int kStaggerBarrier = 3;  // after 0 (__syncthreads) and the consumers' 1, 2
-      bool stagger = c == 0 && item == 0;
-      if (c == 1 && item == 0) ptx::named_barrier_sync(kStaggerBarrier, 256);
-      // A tile's first k-tile, loaded and split into f.
-      auto load_first = [&](Fragments& f) {
-        Loaded v;
-        load(v, it);
-        split_into(f, v);
-      };
-      // One k-tile: its MMAs from cur, the next k-tile (if has_next) loaded
-      // and split into next (the split after the MMAs retired with one
-      // set), the slot released, the accumulation promoted.
-      auto step = [&](const Fragments& cur, Fragments& next, bool has_next) {
-        issue(cur, it);
-        Loaded v;
-        if (has_next) load(v, it + 1);
-        if (kOverlap && has_next) split_into(next, v);
-        ptx::wgmma_wait_group<0>();
-        release(it);
-        promote_acc();
-        if (!kOverlap && has_next) split_into(next, v);
-        ++it;
-        if (stagger) ptx::named_barrier_arrive(kStaggerBarrier, 256);
-        stagger = false;
-      };
-      if constexpr (kOverlap) {
-        // Two k-tiles per trip, from f0 then f1, so that each set has fixed
-        // registers and no wgmma sits under a condition (see the RS
-        // mainloop below); an odd count's first k-tile runs alone from f1.
-        int kt = tile.k_begin;
-        if ((tile.k_end - kt) % 2 == 1) {
-          load_first(f1);
-          step(f1, f0, kt + 1 < tile.k_end);
-          ++kt;
-        } else {
-          load_first(f0);
-        }
-        for (; kt < tile.k_end; kt += 2) {
-          step(f0, f1, true);
-          step(f1, f0, kt + 2 < tile.k_end);
-        }
-      } else {
-        load_first(f0);
-        for (int kt = tile.k_begin; kt < tile.k_end; ++kt) step(f0, f0, kt + 1 < tile.k_end);
-      }
-    } else if constexpr (Cfg::kSwapAB) {
-      // The fragments of two consecutive k-tiles: one is read by MMAs in
-      // flight while the other is loaded.
-      uint32_t frag[2][Cfg::BK / 8][4];
-      // One k-tile in the RS form: the whole k-tile's fragments first (TMA
-      // rounded them to TF32), so one fence covers them, then its MMAs.
-      auto issue_rs = [&](uint32_t(&f)[Cfg::BK / 8][4], int s, int sb, bool fresh) {
-        const uint64_t b0 = ptx::smem_desc_kmajor_sw128(ptx::smem_addr(tile_b(sb)));
-        load_fragments(f, s);
-        ptx::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < Cfg::BK / 8; ++kk)
-          ptx::wgmma_tf32_rs<Cfg::BN>(acc, f[kk], ptx::smem_desc_advance(b0, kk * 32),
-                                      !fresh || kk > 0);
-      };
-      // wgmma reads its A registers until the wait_group that retires it, and
-      // nothing (not ptxas) keeps a load from overwriting them before: one
-      // array reloaded every k-tile did, while wait_group<1> kept the previous
-      // k-tile's MMAs running (wrong results on the H200). So k-tiles
-      // alternate between two arrays: the one a k-tile loads was last read
-      // by the MMAs of two k-tiles before, which the previous k-tile's
-      // wait_group<1> retired. Two k-tiles per trip give each array fixed
-      // registers, and an odd count's first k-tile runs alone on array 1, so
-      // that wherever a trip starts only array 1 can still be in flight.
-      // (Choosing the array by a branch made ptxas add a dummy wgmma where
-      // the branches join; a conditional second k-tile in the trip made it
-      // serialize every wgmma.)
-      auto rs0 = [&](int s, int sb, bool fresh) { issue_rs(frag[0], s, sb, fresh); };
-      auto rs1 = [&](int s, int sb, bool fresh) { issue_rs(frag[1], s, sb, fresh); };
-      int kt = tile.k_begin;
-      if ((tile.k_end - kt) % 2 == 1) k_tile(kt++, rs1);
-      for (; kt < tile.k_end; kt += 2) {
-        k_tile(kt, rs0);
-        k_tile(kt + 1, rs1);
-      }
-    } else {
-      auto ss = [&](int s, int sb, bool fresh) {
-        const uint64_t a0 = ptx::smem_desc_kmajor_sw128(ptx::smem_addr(tile_a(s)) + c * 64 * 128);
-        const uint64_t b0 = ptx::smem_desc_kmajor_sw128(ptx::smem_addr(tile_b(sb)));
-        ptx::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < Cfg::BK / 8; ++kk) {
-          ptx::wgmma_tf32<Cfg::BN>(acc, ptx::smem_desc_advance(a0, kk * 32),
-                                   ptx::smem_desc_advance(b0, kk * 32), !fresh || kk > 0);
-        }
-      };
-      for (int kt = tile.k_begin; kt < tile.k_end; ++kt) k_tile(kt, ss);
-    }
+    if constexpr (Cfg::kSplit3)
+      split3_mainloop<Cfg>(tile, item == 0, it, full, load_fragments, release, promote_acc, tile_b, c, acc);
+    else if constexpr (Cfg::kSwapAB)
+      rs_mainloop<Cfg>(tile, k_tile, load_fragments, tile_b, acc);
+    else
+      ss_mainloop<Cfg>(tile, k_tile, tile_a, tile_b, c, acc);
     ptx::wgmma_wait_group<0>();  // unconditional: ptxas must see it before acc is read
     if (!previous_released) release(it - 1);
 #pragma unroll
