@@ -36,7 +36,7 @@ try:
     built_with_cuda: bool = _C.built_with_cuda
 except AttributeError:  # an extension built from older sources than this Python code
     raise ImportError(f"{_C.__file__} was built from an older checkout than pygpukit_torch's Python files: "
-                      "rebuild it (pip install --no-build-isolation -e . or python setup.py build_ext "
+                      "rebuild it (python -m pip install --no-build-isolation -e . or python setup.py build_ext "
                       "--inplace)") from None
 
 __all__ = ["matmul_tf32", "linear_tf32", "kernel_info", "force_kernel", "default_precision", "enable", "ScopeStats", "TF32Linear", "swap_linear_",

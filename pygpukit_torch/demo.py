@@ -124,7 +124,7 @@ def main(argv=None):
                 print(f"Pretrained model unavailable ({e}); using random weights instead.")
     except ImportError as e:
         # Without transformers there is no model at all: name the extras.
-        parser.exit(1, f"The demo needs its extras ({e}): pip install --no-build-isolation -e \".[demo]\" "
+        parser.exit(1, f"The demo needs its extras ({e}): python -m pip install --no-build-isolation -e \".[demo]\" "
                        "(with PYGPUKIT_BUILD_CUDA=0 in front on a machine without a GPU)\n")
     print(f"Model: {what}, device: {args.device}")
 
