@@ -65,7 +65,7 @@ for kernel in ("wgmma", "wgmma_swap_ab", "mma_sync_large", "mma_sync_medium", "m
             scale = float((F.linear(x.double().abs(), w.double().abs(), b.double().abs())).norm())
             assert err <= 2e-3 * scale, (kernel, act, m, n, k, err, scale)
 # One row of x: the GEMV, for every K-slice count (N = per_sm x SMs + 1 takes
-# 8, 4, 2 and 1 slices, dispatch.cu's gemv_choice) with K tails, a 1-D x
+# 8, 4, 2 and 1 slices, dispatch.cu's gemv_kmajor_choice) with K tails, a 1-D x
 # (any K) and weight rows 16-byte aligned (a view of padded rows), the fused
 # epilogue, and a repeated last row in the last CTA.
 force("auto")

@@ -1,7 +1,7 @@
-"""The GEMV kernels: x[1, K] @ w[N, K].T (csrc/cuda/decode/gemv.cu, x and w
+"""The GEMV kernels: x[1, K] @ w[N, K].T (csrc/cuda/decode/gemv_kmajor.cu, x and w
 K-major) and x[1, K] @ W[K, N] (csrc/cuda/decode/gemv_rowmajor.cu, W row-major), in
 FP32 FMAs for every precision, with the weight 16-byte aligned; and 2 to
-16 rows of x on either layout (gemv_rows.cu, gemv_rowmajor.cu), forced and
+16 rows of x on either layout (gemv_kmajor_rows.cu, gemv_rowmajor.cu), forced and
 where the automatic choice takes them. Values
 against float64 with NaN-poisoned outputs over the edges of N and K and of
 every K-slice count, the fused epilogue of linear_tf32, special values, the
@@ -66,7 +66,7 @@ def test_error_at_most_cublas_fp32(n, k):
 @pytest.mark.parametrize("per_sm,slices", [(5, 8), (10, 4), (20, 2), (40, 1)])
 def test_edges_of_k_for_every_slice_count(per_sm, slices, k):
     """N = per_sm x SMs outputs take `slices` K-slices each (dispatch.cu,
-    gemv_choice: ~30 warps per SM); K tails inside the last slice, slices
+    gemv_kmajor_choice: ~30 warps per SM); K tails inside the last slice, slices
     that are empty at small K, and a partial last CTA (N odd)."""
     n = per_sm * sms() + 1
     x, w = rows(1, k), rows(n, k)
@@ -408,7 +408,7 @@ def test_rowmajor_b_few_rows_repeated_row_and_special_values():
     assert all(torch.equal(got[i].nan_to_num(0.0), got[0].nan_to_num(0.0)) for i in range(1, 4))
 
 
-# A few rows of x on a K-major weight (F.linear's layout): gemv_rows.cu,
+# A few rows of x on a K-major weight (F.linear's layout): gemv_kmajor_rows.cu,
 # forced here (the automatic choice takes it up to 4 rows in TF32, 8 in
 # 3xTF32 and 16 in FP32; the skinny kernel serves the other rows).
 
@@ -485,7 +485,7 @@ def test_kmajor_few_rows_fallbacks():
 
 
 # Both few-rows kernels: the weight row-major (x @ W, gemv_rowmajor.cu) or
-# K-major (x @ w.T, gemv_rows.cu), forced or chosen.
+# K-major (x @ w.T, gemv_kmajor_rows.cu), forced or chosen.
 
 def few_rows_weight(layout, n, k):
     """The B operand [k, n] of x @ B: W stored [k, n] (row-major) or the

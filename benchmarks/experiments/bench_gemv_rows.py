@@ -1,7 +1,7 @@
 """The FP32 GEMVs for 2 to 16 rows of x, on both weight layouts: `x @ W`
 with W stored [in, out] (row-major, gemv_rowmajor.cu; also 17 to 64 rows
 there, in blocks of 16) and `x @ Wt.T` with Wt stored [out, in]
-(nn.Linear's, gemv_rows.cu), forced
+(nn.Linear's, gemv_kmajor_rows.cu), forced
 (PYGPUKIT_KERNEL=gemv), against what the automatic choice serves (which is
 the GEMV where dispatch.cu's few_rows_gemv_max_m takes it), against the
 tensor-core kernel forced ("tc": for x @ W the wgmma path, SwapAB for TF32

@@ -15,8 +15,8 @@
 #include "cuda/decode/few_rows.cuh"
 #include "cuda/simt/fma_gemm.h"
 #include "cuda/gemm_problem.h"
-#include "cuda/decode/gemv.h"
-#include "cuda/decode/gemv_rows.h"
+#include "cuda/decode/gemv_kmajor.h"
+#include "cuda/decode/gemv_kmajor_rows.h"
 #include "cuda/decode/gemv_rowmajor.h"
 #include "cuda/common/int_math.h"
 #include "cuda/launch_util.h"
@@ -71,7 +71,7 @@ enum class Kernel {
   kWgmmaSplit3SwapAB, kWgmmaSplit3SwapABKMajor,
   kWgmmaSplit3SwapABNarrow, kWgmmaSplit3SwapABKMajorNarrow,
   kMmaSyncLarge, kMmaSyncMedium, kMmaSyncSmall, kMmaSyncPromoted,
-  kSkinny, kSkinnyWide, kGemv, kGemvRows, kGemvRowMajor,
+  kSkinny, kSkinnyWide, kGemvKMajor, kGemvKMajorRows, kGemvRowMajor,
   kFmaLarge, kFmaSmall,
   kCount
 };
@@ -303,9 +303,9 @@ bool skinny_operands(const GemmProblem& p) {
 // 16 in blocks of 16).
 bool skinny_runs(const GemmProblem& p) { return p.M <= kSkinnyMaxM && skinny_operands(p); }
 
-// Whether the GEMV can run `p` (gemv.h): one row of A, and the operand
+// Whether the GEMV can run `p` (gemv_kmajor.h): one row of A, and the operand
 // requirements of the skinny kernel.
-bool gemv_runs(const GemmProblem& p) { return p.M == 1 && skinny_operands(p); }
+bool gemv_kmajor_runs(const GemmProblem& p) { return p.M == 1 && skinny_operands(p); }
 
 // Whether the row-major GEMV can run `p` (gemv_rowmajor.h): up to
 // kGemvRowMajorMaxM rows of A (above kGemvRowMajorMaxRows in blocks, one
@@ -331,26 +331,27 @@ int fewest_slices(int64_t warps, int64_t wanted, int max_slices) {
 // 21.3 / 23.7 / 23.7 us; N = 2048 12.0 / 11.4 / 12.8 / 14.1; N = 1024 10.0 /
 // 8.6 / 7.3 / 8.1; N = 512 9.4 / 7.6 / 5.7 / 4.9 (2026-12-01). Within a row,
 // more slices mean shorter streams, and at N >= 4096 one warp per row wins.
-constexpr int64_t kGemvWarpsPerSm = 30;
-Choice gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
-  return {Kernel::kGemv, true, fewest_slices(p.N, kGemvWarpsPerSm * d.sm_count, kGemvMaxSlices)};
+constexpr int64_t kGemvKMajorWarpsPerSm = 30;
+Choice gemv_kmajor_choice(const GemmProblem& p, const DeviceInfo& d) {
+  return {Kernel::kGemvKMajor, true,
+          fewest_slices(p.N, kGemvKMajorWarpsPerSm * d.sm_count, kGemvKMajorMaxSlices)};
 }
 
-// Whether the few-rows GEMV can run `p` (gemv_rows.h): 2 to 16 rows of A,
+// Whether the few-rows GEMV can run `p` (gemv_kmajor_rows.h): 2 to 16 rows of A,
 // and the operand requirements of the skinny kernel.
-bool gemv_rows_runs(const GemmProblem& p) {
-  return p.M >= 2 && p.M <= kGemvRowsMaxRows && skinny_operands(p);
+bool gemv_kmajor_rows_runs(const GemmProblem& p) {
+  return p.M >= 2 && p.M <= kGemvKMajorRowsMaxRows && skinny_operands(p);
 }
 
 // The few-rows GEMV for `p` with its K-slices per output: the fewest that
 // give every SM the warps its CTAs are built for (2 CTAs of 8) at
 // kWeightRows outputs per warp.
-Choice gemv_rows_choice(const GemmProblem& p, const DeviceInfo& d) {
-  using Cfg = GemvRowsConfig<kGemvRowsMaxRows>;  // every kRows: the same warps and outputs
+Choice gemv_kmajor_rows_choice(const GemmProblem& p, const DeviceInfo& d) {
+  using Cfg = GemvKMajorRowsConfig<kGemvKMajorRowsMaxRows>;  // every kRows: the same warps and outputs
   const int64_t warps = ceil_div(p.N, Cfg::kWeightRows);
   const int64_t warps_per_sm = int64_t{Cfg::kMinCtasPerSm} * Cfg::kWarps;
-  return {Kernel::kGemvRows, true,
-          fewest_slices(warps, warps_per_sm * d.sm_count, kGemvRowsMaxSlices)};
+  return {Kernel::kGemvKMajorRows, true,
+          fewest_slices(warps, warps_per_sm * d.sm_count, kGemvKMajorRowsMaxSlices)};
 }
 
 // The row-major GEMV for `p` with its K-splits: column blocks times splits
@@ -374,10 +375,10 @@ Choice gemv_rowmajor_choice(const GemmProblem& p, const DeviceInfo& d) {
 // blocks of 16): the row-major GEMV for `x @ W`, the few-rows GEMV for a
 // K-major weight (its layout first, as for one row).
 bool few_rows_gemv_runs(const GemmProblem& p) {
-  return p.M >= 2 && (gemv_rowmajor_runs(p) || gemv_rows_runs(p));
+  return p.M >= 2 && (gemv_rowmajor_runs(p) || gemv_kmajor_rows_runs(p));
 }
 Choice few_rows_gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
-  return gemv_rowmajor_runs(p) ? gemv_rowmajor_choice(p, d) : gemv_rows_choice(p, d);
+  return gemv_rowmajor_runs(p) ? gemv_rowmajor_choice(p, d) : gemv_kmajor_rows_choice(p, d);
 }
 
 // Up to which M the automatic choice takes the few-rows GEMVs: where they
@@ -416,11 +417,11 @@ Choice few_rows_gemv_choice(const GemmProblem& p, const DeviceInfo& d) {
 // M do full work), so each limit is a tier's top. 3xTF32's packed parts
 // (split3_parts: three products over 3K columns) compare as TF32 does.
 // Measured on the H200 only.
-static_assert(kGemvRowsMaxRows == kGemvRowMajorMaxRows, "both GEMVs compute up to 16 rows at once");
+static_assert(kGemvKMajorRowsMaxRows == kGemvRowMajorMaxRows, "both GEMVs compute up to 16 rows at once");
 constexpr int64_t kFp32RowMajorGemvMaxM = 2 * kGemvRowMajorMaxRows;
 int64_t few_rows_gemv_max_m(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   const bool row_major = gemv_rowmajor_runs(p);
-  if (precision == Precision::kIEEE) return row_major ? kFp32RowMajorGemvMaxM : kGemvRowsMaxRows;
+  if (precision == Precision::kIEEE) return row_major ? kFp32RowMajorGemvMaxM : kGemvKMajorRowsMaxRows;
   const bool unsplit_tf32x3 = precision == Precision::kTF32x3 && !p.split3_parts;
   const bool split3_wgmma = wgmma_runs(p, d) && split3_swap_ab_runs(p, precision);
   if (row_major)
@@ -430,10 +431,10 @@ int64_t few_rows_gemv_max_m(const GemmProblem& p, Precision precision, const Dev
 
 // One row of A: the GEMV for the weight's layout, K-major or row-major.
 bool single_row_runs(const GemmProblem& p) {
-  return p.M == 1 && (gemv_runs(p) || gemv_rowmajor_runs(p));
+  return p.M == 1 && (gemv_kmajor_runs(p) || gemv_rowmajor_runs(p));
 }
 Choice single_row_choice(const GemmProblem& p, const DeviceInfo& d) {
-  return gemv_runs(p) ? gemv_choice(p, d) : gemv_rowmajor_choice(p, d);
+  return gemv_kmajor_runs(p) ? gemv_kmajor_choice(p, d) : gemv_rowmajor_choice(p, d);
 }
 
 // The largest M the automatic choice gives the skinny kernel, which reads B
@@ -849,7 +850,7 @@ std::string k_slices(int slices) {
 
 // The FP32 GEMVs compute in FP32 whatever the precision: 3xTF32's unsplit
 // operands run as they are, at least as accurately.
-struct GemvRow {
+struct GemvKMajorRow {
   static constexpr Family kFamily = Family::kGemv;
   static constexpr bool kUnsplitTF32x3 = true;
 
@@ -857,7 +858,7 @@ struct GemvRow {
 
   static cudaError_t run(const GemmProblem& p, const Choice& c, void*, size_t, cudaStream_t stream,
                          bool) {
-    return launch_gemv(kmajor_view(p), c.splits, stream);
+    return launch_gemv_kmajor(kmajor_view(p), c.splits, stream);
   }
 
   static std::string name(const GemmProblem&, const Choice& c) {
@@ -865,7 +866,7 @@ struct GemvRow {
   }
 };
 
-struct GemvRowsRow {
+struct GemvKMajorRowsRow {
   static constexpr Family kFamily = Family::kGemv;
   static constexpr bool kUnsplitTF32x3 = true;
 
@@ -873,12 +874,13 @@ struct GemvRowsRow {
 
   static cudaError_t run(const GemmProblem& p, const Choice& c, void*, size_t, cudaStream_t stream,
                          bool) {
-    return launch_gemv_rows(kmajor_view(p), c.splits, stream);
+    return launch_gemv_kmajor_rows(kmajor_view(p), c.splits, stream);
   }
 
   static std::string name(const GemmProblem& p, const Choice& c) {
     return "gemv, FP32 FMAs, " + std::to_string(p.M) + " rows of A, " +
-           std::to_string(GemvRowsConfig<kGemvRowsMaxRows>::kWeightRows) + " weight rows per warp, " +
+           std::to_string(GemvKMajorRowsConfig<kGemvKMajorRowsMaxRows>::kWeightRows) +
+           " weight rows per warp, " +
            k_slices(c.splits);
   }
 };
@@ -958,8 +960,8 @@ using KernelTable = std::tuple<
     Row<Kernel::kMmaSyncPromoted, MmaSyncRow<MmaSyncPromoted, MmaSyncBuilds::kStagedOperands>>,
     Row<Kernel::kSkinny, SkinnyRow<SkinnyNarrow>>,
     Row<Kernel::kSkinnyWide, SkinnyRow<SkinnyWide>>,
-    Row<Kernel::kGemv, GemvRow>,
-    Row<Kernel::kGemvRows, GemvRowsRow>,
+    Row<Kernel::kGemvKMajor, GemvKMajorRow>,
+    Row<Kernel::kGemvKMajorRows, GemvKMajorRowsRow>,
     Row<Kernel::kGemvRowMajor, GemvRowMajorRow>,
     Row<Kernel::kFmaLarge, FmaRow<FmaLarge>>,
     Row<Kernel::kFmaSmall, FmaRow<FmaSmall>>>;

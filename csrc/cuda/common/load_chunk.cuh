@@ -1,6 +1,6 @@
 // 16-byte chunk loads shared by the kernels that read their operands straight
-// from global memory into registers (skinny_gemm.cu and the GEMVs: gemv.cu,
-// gemv_rows.cu, gemv_rowmajor.cu).
+// from global memory into registers (skinny_gemm.cu and the GEMVs: gemv_kmajor.cu,
+// gemv_kmajor_rows.cu, gemv_rowmajor.cu).
 #pragma once
 
 #include <cstdint>

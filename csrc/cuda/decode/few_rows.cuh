@@ -1,5 +1,5 @@
 // What the FP32 kernels for a few rows of A share (gemv_rowmajor.cu,
-// gemv_rows.cu): how many rows of A a CTA computes for M, and the walk down
+// gemv_kmajor_rows.cu): how many rows of A a CTA computes for M, and the walk down
 // A's rows that fills those past M.
 #pragma once
 

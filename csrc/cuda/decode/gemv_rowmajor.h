@@ -1,7 +1,7 @@
 // The GEMM of a few rows of A on a row-major B: C[m, :] = epilogue(A[m, :]
 // @ B) for M = 1 to kGemvRowMajorMaxM, B[K, N] stored row by row, i.e.
 // `x @ W` at decode-sized M for a weight kept [in, out] (GPT-2's Conv1D, a
-// hand-written `x @ W`). gemv.h's kernel reads a K-major weight; this one
+// hand-written `x @ W`). gemv_kmajor.h's kernel reads a K-major weight; this one
 // reads B in place instead of packing it K-major first, which at a few rows
 // would cost more than the product itself. Its configuration and launcher;
 // the kernel is in gemv_rowmajor.cu, the rule that picks it in dispatch.cu.
@@ -24,7 +24,7 @@ constexpr int gemv_rowmajor_ctas_per_sm(int kRows) { return kRows <= 2 ? 4 : kRo
 // groups of kRowsInFlight rows. Each lane loads its kRowsInFlight chunks
 // before their FMAs, and every chunk feeds all kRows rows of A:
 // kWarps x kRowsInFlight x 512 bytes (32 KB) of B in flight per CTA. As in
-// gemv.h, B's bytes, read once, bound the kernel; A is M x K floats,
+// gemv_kmajor.h, B's bytes, read once, bound the kernel; A is M x K floats,
 // broadcast to the warp from L1. K is cut into splits (grid.y) when the
 // column blocks alone leave SMs idle; their partial sums go through
 // splitk_reduce (fixed order, deterministic).
@@ -66,7 +66,7 @@ using GemvRowMajorShape = GemvRowMajorConfig<1>;
 // one per row and column, to which each group of kRowsInFlight rows of B is
 // added as its own sum; then the warps' sums are added in warp order and
 // the splits in split order; no atomics. FP32 throughout, no TF32 rounding,
-// for every precision (see gemv.h). splits: 1 to kGemvRowMajorMaxSplits
+// for every precision (see gemv_kmajor.h). splits: 1 to kGemvRowMajorMaxSplits
 // K-ranges; with splits > 1, `partials` must hold splitk_partials_bytes
 // (splits, M, N) bytes. More than kGemvRowMajorMaxRows rows run in blocks
 // of that many, one launch (and pass over B) each, in row order, all at

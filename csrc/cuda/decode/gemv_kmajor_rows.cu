@@ -1,10 +1,10 @@
-// The GEMM of a few rows of A on a K-major B in FP32 (gemv_rows.h): a warp
+// The GEMM of a few rows of A on a K-major B in FP32 (gemv_kmajor_rows.h): a warp
 // per kWeightRows outputs and K-slice, lanes side by side along K, each
 // chunk of A shared by the warp's weight rows, each chunk of the weight by
 // all rows of A; the lanes summed with shuffles, the K-slices in shared
 // memory. See "A few rows on a K-major weight" in
 // docs/design.md.
-#include "cuda/decode/gemv_rows.h"
+#include "cuda/decode/gemv_kmajor_rows.h"
 
 #include "cuda/common/epilogue.cuh"
 #include "cuda/decode/few_rows.cuh"
@@ -33,7 +33,7 @@ __device__ __forceinline__ float dot_chunk(float sum, uint4 x, uint4 w) {
 template <int kRows, bool kTail>
 __device__ __forceinline__ void step(const GemmProblem& p, const float* const (&w)[4], int64_t k0,
                                      int64_t k_end, int lane, float (&acc)[kRows][4]) {
-  using Cfg = GemvRowsConfig<kRows>;
+  using Cfg = GemvKMajorRowsConfig<kRows>;
   constexpr int kR = Cfg::kWeightRows, kC = Cfg::kChunks, kX = Cfg::kXRows;
   static_assert(kR == 4, "w holds kWeightRows pointers");
   static_assert(kRows % kX == 0, "whole batches of rows of A");
@@ -74,10 +74,10 @@ __device__ __forceinline__ void step(const GemmProblem& p, const float* const (&
 // CTA b: outputs from b x (kWarps / slices) x kWeightRows on, warp w taking
 // weight-row group w / slices and K-slice w % slices.
 template <int kRows>
-__global__ void __launch_bounds__(GemvRowsConfig<kRows>::kThreads,
-                                  GemvRowsConfig<kRows>::kMinCtasPerSm)
-    gemv_rows_kernel(const GemmProblem p, int slices) {
-  using Cfg = GemvRowsConfig<kRows>;
+__global__ void __launch_bounds__(GemvKMajorRowsConfig<kRows>::kThreads,
+                                  GemvKMajorRowsConfig<kRows>::kMinCtasPerSm)
+    gemv_kmajor_rows_kernel(const GemmProblem p, int slices) {
+  using Cfg = GemvKMajorRowsConfig<kRows>;
   constexpr int kR = Cfg::kWeightRows;
   // Each warp's sums for its outputs (with more than one slice).
   __shared__ float partial[Cfg::kWarps][kRows][kR];
@@ -138,18 +138,18 @@ __global__ void __launch_bounds__(GemvRowsConfig<kRows>::kThreads,
 
 template <int kRows>
 cudaError_t launch_rows(const GemmProblem& p, int slices, cudaStream_t stream) {
-  using Cfg = GemvRowsConfig<kRows>;
-  return launch_kernel<gemv_rows_kernel<kRows>>(dim3(unsigned(Cfg::ctas(p.N, slices))),
+  using Cfg = GemvKMajorRowsConfig<kRows>;
+  return launch_kernel<gemv_kmajor_rows_kernel<kRows>>(dim3(unsigned(Cfg::ctas(p.N, slices))),
                                                 dim3(Cfg::kThreads), KernelNeeds{}, stream, p, slices);
 }
 
 }  // namespace
 
-cudaError_t launch_gemv_rows(const GemmProblem& p, int slices, cudaStream_t stream) {
+cudaError_t launch_gemv_kmajor_rows(const GemmProblem& p, int slices, cudaStream_t stream) {
   const bool power_of_two = slices > 0 && (slices & (slices - 1)) == 0;
-  if (!power_of_two || slices > kGemvRowsMaxSlices || p.M < 2 || p.M > kGemvRowsMaxRows)
+  if (!power_of_two || slices > kGemvKMajorRowsMaxSlices || p.M < 2 || p.M > kGemvKMajorRowsMaxRows)
     return cudaErrorInvalidValue;
-  static_assert(rows_per_cta(kGemvRowsMaxRows) == kGemvRowsMaxRows, "the largest M has its own rows");
+  static_assert(rows_per_cta(kGemvKMajorRowsMaxRows) == kGemvKMajorRowsMaxRows, "the largest M has its own rows");
   return launch_for_rows<2>(p.M, [&](auto rows) { return launch_rows<rows()>(p, slices, stream); });
 }
 

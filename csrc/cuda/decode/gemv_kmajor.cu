@@ -1,8 +1,8 @@
-// The single-row GEMM (gemv.h): kSlices warps per weight row, each one
+// The single-row GEMM (gemv_kmajor.h): kSlices warps per weight row, each one
 // K-slice, lanes side by side along K, FP32 FMAs, the lanes summed with
 // shuffles and the slices in shared memory. See "The GEMV (one row, K-major weight)" in
 // docs/design.md.
-#include "cuda/decode/gemv.h"
+#include "cuda/decode/gemv_kmajor.h"
 
 #include "cuda/common/epilogue.cuh"
 #include "cuda/launch_util.h"
@@ -22,7 +22,7 @@ __device__ __forceinline__ void fma_chunk(float4& acc, uint4 x, uint4 w) {
 }
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads) gemv_kernel(const GemmProblem p) {
+__global__ void __launch_bounds__(Cfg::kThreads) gemv_kmajor_kernel(const GemmProblem p) {
   constexpr int kC = Cfg::kChunks;
   // Each slice's sum for each row of the CTA.
   __shared__ float partial[Cfg::kRowsPerCta][Cfg::kSlices];
@@ -94,19 +94,19 @@ __global__ void __launch_bounds__(Cfg::kThreads) gemv_kernel(const GemmProblem p
 
 template <class Cfg>
 cudaError_t launch(const GemmProblem& p, cudaStream_t stream) {
-  return launch_kernel<gemv_kernel<Cfg>>(dim3(unsigned(Cfg::ctas(p.N))), dim3(Cfg::kThreads), KernelNeeds{},
-                                         stream, p);
+  return launch_kernel<gemv_kmajor_kernel<Cfg>>(dim3(unsigned(Cfg::ctas(p.N))), dim3(Cfg::kThreads),
+                                                KernelNeeds{}, stream, p);
 }
 
 }  // namespace
 
-cudaError_t launch_gemv(const GemmProblem& p, int slices, cudaStream_t stream) {
-  static_assert(GemvConfig<kGemvMaxSlices>::kRowsPerCta == 1, "the most slices fill a CTA");
+cudaError_t launch_gemv_kmajor(const GemmProblem& p, int slices, cudaStream_t stream) {
+  static_assert(GemvKMajorConfig<kGemvKMajorMaxSlices>::kRowsPerCta == 1, "the most slices fill a CTA");
   switch (slices) {
-    case 1: return launch<GemvConfig<1>>(p, stream);
-    case 2: return launch<GemvConfig<2>>(p, stream);
-    case 4: return launch<GemvConfig<4>>(p, stream);
-    case 8: return launch<GemvConfig<8>>(p, stream);
+    case 1: return launch<GemvKMajorConfig<1>>(p, stream);
+    case 2: return launch<GemvKMajorConfig<2>>(p, stream);
+    case 4: return launch<GemvKMajorConfig<4>>(p, stream);
+    case 8: return launch<GemvKMajorConfig<8>>(p, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -1,6 +1,6 @@
 // The single-row GEMM (GEMV): C[0, :] = epilogue(A[0, :] @ B) with B K-major,
 // i.e. x @ weight.T of nn.Linear for one token, in FP32 FMAs on the CUDA
-// cores. Its configuration and launcher; the kernel is in gemv.cu, the rule
+// cores. Its configuration and launcher; the kernel is in gemv_kmajor.cu, the rule
 // that picks it in dispatch.cu.
 #pragma once
 
@@ -21,7 +21,7 @@ namespace pygpukit {
 // warp). Slices exist for small N, where one warp per row would leave too
 // few loads in flight to cover DRAM's latency.
 template <int kSlices_>
-struct GemvConfig {
+struct GemvKMajorConfig {
   static constexpr int kWarps = 8;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kSlices = kSlices_;  // warps per output, one K-slice each
@@ -45,10 +45,10 @@ struct GemvConfig {
 // and the K-slices in slice order; no atomics. FP32 throughout,
 // no TF32 rounding, for every precision: at one row the tensor cores would
 // save no time (the weight's bytes bound it) and only lose accuracy.
-// slices: K-slices per output, 1, 2, 4 or 8 (kGemvMaxSlices); more slices
-// for a small N (dispatch.cu's gemv_choice). Returns cudaErrorInvalidValue
+// slices: K-slices per output, 1, 2, 4 or 8 (kGemvKMajorMaxSlices); more slices
+// for a small N (dispatch.cu's gemv_kmajor_choice). Returns cudaErrorInvalidValue
 // for any other count.
-constexpr int kGemvMaxSlices = 8;
-cudaError_t launch_gemv(const GemmProblem& problem, int slices, cudaStream_t stream);
+constexpr int kGemvKMajorMaxSlices = 8;
+cudaError_t launch_gemv_kmajor(const GemmProblem& problem, int slices, cudaStream_t stream);
 
 }  // namespace pygpukit

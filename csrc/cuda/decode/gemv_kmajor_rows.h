@@ -1,9 +1,9 @@
 // The GEMM of a few rows of A on a K-major B in FP32: C = epilogue(A @ B)
-// for M = 2 to kGemvRowsMaxRows with B(k, n) at B[n * ldb + k], i.e.
-// x @ weight.T of nn.Linear at decode-sized M, on the CUDA cores. gemv.h's
+// for M = 2 to kGemvKMajorRowsMaxRows with B(k, n) at B[n * ldb + k], i.e.
+// x @ weight.T of nn.Linear at decode-sized M, on the CUDA cores. gemv_kmajor.h's
 // kernel serves one row; this one shares every load of A among several
 // weight rows and every load of the weight among all rows of A. Its
-// configuration and launcher; the kernel is in gemv_rows.cu, the rule that
+// configuration and launcher; the kernel is in gemv_kmajor_rows.cu, the rule that
 // picks it in dispatch.cu.
 #pragma once
 
@@ -18,13 +18,13 @@ namespace pygpukit {
 // over one K-slice: its lanes read 16-byte chunks side by side along K (512
 // contiguous bytes of a weight row per load instruction), kChunks per
 // weight row and step, all before their FMAs, and each chunk of A they load
-// feeds kWeightRows weight rows. As in gemv.h the weight's bytes, read once,
+// feeds kWeightRows weight rows. As in gemv_kmajor.h the weight's bytes, read once,
 // bound it; A's chunks come from L1, kRows / kWeightRows times the weight's
 // bytes (4x at 16 rows, within L1's bandwidth). A CTA's 8 warps take
 // `slices` K-slices (runtime: 1, 2, 4 or 8) of 8 / slices groups of
 // weight rows; the slices' sums are added in shared memory.
 template <int kRows_>
-struct GemvRowsConfig {
+struct GemvKMajorRowsConfig {
   static constexpr int kRows = kRows_;  // 2, 4, 8 or 16 (rows_per_cta)
   static constexpr int kWeightRows = 4;
   static constexpr int kWarps = 8;
@@ -56,7 +56,7 @@ struct GemvRowsConfig {
   }
 };
 
-// Requires batch == 1, 2 <= M <= kGemvRowsMaxRows, N, K >= 1, A row-major
+// Requires batch == 1, 2 <= M <= kGemvKMajorRowsMaxRows, N, K >= 1, A row-major
 // and B column-major (A(m, k) at A[m * lda + k], B(k, n) at B[n * ldb + k];
 // the layout fields are not read), A and B 16-byte aligned and lda, ldb
 // multiples of 4. Any K (the tail's partial chunks are read with scalar
@@ -66,10 +66,10 @@ struct GemvRowsConfig {
 // are summed on their own and then added to its running sum; the lanes are
 // added in a fixed butterfly and the K-slices in slice order; no atomics.
 // FP32 throughout, no TF32 rounding, for every precision. slices: 1, 2, 4
-// or 8 K-slices per output (kGemvRowsMaxSlices). Returns
+// or 8 K-slices per output (kGemvKMajorRowsMaxSlices). Returns
 // cudaErrorInvalidValue for M or a slice count out of range.
-constexpr int kGemvRowsMaxRows = 16;
-constexpr int kGemvRowsMaxSlices = 8;
-cudaError_t launch_gemv_rows(const GemmProblem& problem, int slices, cudaStream_t stream);
+constexpr int kGemvKMajorRowsMaxRows = 16;
+constexpr int kGemvKMajorRowsMaxSlices = 8;
+cudaError_t launch_gemv_kmajor_rows(const GemmProblem& problem, int slices, cudaStream_t stream);
 
 }  // namespace pygpukit
