@@ -17,11 +17,13 @@ from __future__ import annotations
 import collections
 import contextlib
 import math
+import string
 from dataclasses import dataclass, field
 from typing import Iterator, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
+from torch.fx.experimental.symbolic_shapes import guard_or_false
 from torch.overrides import TorchFunctionMode
 
 from ._settings import context_innermost
@@ -32,6 +34,7 @@ _MATMULS = (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.mm
             torch.Tensor.bmm)
 _ADDMMS = (torch.addmm, torch.Tensor.addmm, torch.baddbmm, torch.Tensor.baddbmm)
 _ROUTED = frozenset(_MATMULS + _ADDMMS + (F.linear, torch.einsum))
+_EINSUM_CHARS = frozenset(string.ascii_letters + ".,->  ")
 
 
 def _einsum_labels(term: str, ndim: int, ellipsis: int):
@@ -52,15 +55,20 @@ def _einsum_labels(term: str, ndim: int, ellipsis: int):
 def _einsum_plan(equation: str, a: torch.Tensor, b: torch.Tensor):
     """How `einsum(equation, a, b)` runs as one matmul, or why it cannot.
 
-    Returns (a_sum, a_order, b_order, batch, left, right, out) with the label
-    lists of the result, or a str naming why not. Labels of one operand only
-    that the result drops are summed first; labels of both operands are
-    batch (kept) or contracted (dropped) dimensions."""
+    Returns the label lists (a_sum, b_sum, la, lb, batch, contracted, left,
+    right, out) and each operand's sizes by label (size_a, size_b), or a str
+    naming why not. la, lb: each operand's labels; a_sum, b_sum: labels of
+    one operand only that the result drops (summed first); batch and
+    contracted: labels of both operands that the result keeps or drops;
+    left, right: labels of one operand that it keeps; out: its labels."""
+    # ASCII letters, commas, one arrow and '...' only ('. ..' is no
+    # ellipsis): anything else goes to torch, which raises its own error.
+    if "." in equation.replace("...", "") or not set(equation) <= _EINSUM_CHARS:
+        return "an einsum equation it does not take"
     eq = equation.replace(" ", "")
     lhs, arrow, out_term = eq.partition("->")
     terms = lhs.split(",")
-    if len(terms) != 2 or not all(c.isalpha() or c in ".," for c in lhs) or not all(
-            c.isalpha() or c == "." for c in out_term):
+    if len(terms) != 2 or "-" in lhs or ">" in lhs or "," in out_term or "-" in out_term or ">" in out_term:
         return "an einsum equation it does not take"
     ellipsis = max(a.dim() - len(terms[0].replace("...", "")) if "..." in terms[0] else 0,
                    b.dim() - len(terms[1].replace("...", "")) if "..." in terms[1] else 0)
@@ -87,8 +95,15 @@ def _einsum_plan(equation: str, a: torch.Tensor, b: torch.Tensor):
     b_sum = [x for x in lb if x not in la and x not in out]
     size_a, size_b = dict(zip(la, a.shape)), dict(zip(lb, b.shape))
     for x in shared:  # a batch dimension of size 1 broadcasts, as matmul's do
-        if size_a[x] != size_b[x] and not (x in batch and 1 in (size_a[x], size_b[x])):
+        sa, sb = size_a[x], size_b[x]
+        # Sizes known only at run time (torch.compile) are assumed to be
+        # neither different nor 1 and asserted equal, as torch's own
+        # broadcasting does, rather than guarded on.
+        if guard_or_false(sa != sb) and not (x in batch and (guard_or_false(sa == 1) or guard_or_false(sb == 1))):
             return "einsum operands whose sizes differ for one label"
+        if not (isinstance(sa, int) and isinstance(sb, int)) and not guard_or_false(sa == 1) and not guard_or_false(
+                sb == 1):
+            torch._check(sa == sb, lambda: f"einsum(): sizes {sa} and {sb} of label {x!r} differ")
     return a_sum, b_sum, la, lb, batch, contracted, left, right, out, size_a, size_b
 
 

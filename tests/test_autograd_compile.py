@@ -287,6 +287,23 @@ def test_torch_compile_data_dependent_batch_size():
     assert rel_error(out, ref) < 1e-3
 
 
+def test_torch_compile_backward_with_a_batch_size_known_only_at_run_time():
+    """Gradients of a batch broadcast against a size-1 batch, where the other
+    batch size comes from a boolean mask: summed back without a guard on
+    the unknown size (torch.matmul compiles the same)."""
+    mask = torch.tensor([1, 0, 1, 1, 0, 1], dtype=torch.bool)
+    x, w = torch.randn(6, 3, 4, requires_grad=True), torch.randn(1, 4, 5, requires_grad=True)
+    with unittest.mock.patch.object(torch._dynamo.config, "capture_dynamic_output_shape_ops", True):
+        torch._dynamo.reset()
+        f = torch.compile(lambda x, m, w: matmul_tf32(x[m], w, precision="ieee"), backend="aot_eager",
+                          fullgraph=True)
+        f(x, mask, w).sum().backward()
+    gx, gw = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    torch.matmul(x[mask], w).sum().backward()
+    assert rel_error(gx, x.grad) < 1e-5 and rel_error(gw, w.grad) < 1e-5
+
+
 def test_torch_compile_symbolic_shapes_check_as_eager_mode_does():
     """With symbolic sizes (dynamic=True) the meta kernels give eager mode's
     shapes, and a mismatch met while tracing raises eager mode's message

@@ -95,6 +95,23 @@ def test_result_too_large_to_count_on_meta_tensors():
     assert messages[0] == messages[1], messages
 
 
+@pytest.mark.parametrize("shapes", [((2 ** 10, 1, 1, 2 ** 44), (2 ** 10, 2 ** 44, 1)),  # small result
+                                    ((2 ** 40, 1, 0, 4), (2 ** 40, 4, 1)),  # empty result
+                                    ((2 ** 30, 1, 1, 1), (2 ** 31, 1, 1))])  # 2^61 results: 2^63 bytes
+def test_operands_too_large_to_count_when_broadcast(shapes):
+    """Operands that broadcast over the batch dimensions to more elements
+    than int64_t counts, or a result with more bytes, raise before anything
+    is allocated, on real and meta tensors alike, also where the result
+    itself is small or empty (as torch.matmul raises)."""
+    messages = []
+    for device in ("cpu", "meta"):
+        a, b = (torch.zeros(1, device=device).expand(*shape) for shape in shapes)
+        with pytest.raises(RuntimeError, match="more elements than int64_t can count") as info:
+            matmul_tf32(a, b)
+        messages.append(str(info.value).split("\n")[0])
+    assert messages[0] == messages[1], messages
+
+
 @pytest.mark.parametrize("dtypes", [(torch.float32, torch.float16, None), (torch.float64, torch.float32, None),
                                     (torch.float32, torch.float32, torch.bfloat16), (torch.int64, torch.bool, None)])
 def test_dtype_errors_on_meta_tensors_read_as_on_real_ones(dtypes):

@@ -1,5 +1,7 @@
 """pygpukit_torch.enable: the scope that routes float32 products to the ops."""
 
+import unittest.mock
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -104,6 +106,31 @@ def test_leaves_einsum_it_cannot_take_to_torch():
         stats.passed
     for out, (equation, operands) in zip(outs, calls):
         assert torch.equal(out, torch.einsum(equation, *operands))
+
+
+@pytest.mark.parametrize("equation,shape_a,shape_b", [
+    ("i.j,jk->ik", (3, 2, 4), (4, 5)), (". ..ij,jk->ik", (3, 4), (4, 5)), ("....i,i->...", (2, 3), (3,)),
+    ("\u00e9j,jk->\u00e9k", (3, 4), (4, 5))])
+def test_einsum_equations_torch_rejects_still_raise(equation, shape_a, shape_b):
+    a, b = torch.randn(shape_a), torch.randn(shape_b)
+    with pytest.raises(RuntimeError) as expected:
+        torch.einsum(equation, a, b)
+    with pygpukit_torch.enable(devices=("cpu",)) as stats:
+        with pytest.raises(RuntimeError) as got:
+            torch.einsum(equation, a, b)
+    assert str(got.value) == str(expected.value) and stats.taken == 0
+
+
+def test_einsum_with_a_batch_size_known_only_at_run_time():
+    x, y, m = torch.randn(6, 3, 4), torch.randn(4, 4, 5), torch.tensor([1, 0, 1, 1, 0, 1], dtype=torch.bool)
+    with unittest.mock.patch.object(torch._dynamo.config, "capture_dynamic_output_shape_ops", True):
+        torch._dynamo.reset()
+        f = torch.compile(lambda x, m, y: torch.einsum("bij,bjk->bik", x[m], y), backend="aot_eager",
+                          fullgraph=True)
+        with DispatchCounter() as count, pygpukit_torch.enable("ieee", devices=("cpu",)):
+            out = f(x, m, y)
+    assert "pygpukit.matmul_tf32.default" in count.ops
+    assert rel_error(out, torch.einsum("bij,bjk->bik", x[m].double(), y.double())) < 1e-6
 
 
 def test_einsum_under_torch_compile():

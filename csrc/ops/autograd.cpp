@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/functions/utils.h>
@@ -61,7 +62,9 @@ PrecisionArg saved_precision(AutogradContext* ctx) {
 // d(a @ b): grad_a = grad @ bᵀ, grad_b = aᵀ @ grad. 1-D operands are promoted
 // to matrices the way torch.matmul does, the transposes are views (read in
 // place as column-major), and broadcast batch dimensions are summed back to
-// each input's shape.
+// each input's shape with at::sum_to, as torch's expand does: a size known
+// only at run time is assumed not to be 1 there and asserted, where
+// sum_to_size would guard on it and fail under torch.compile.
 struct MatmulTF32 : public torch::autograd::Function<MatmulTF32> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b,
                             PrecisionArg precision) {
@@ -90,14 +93,14 @@ struct MatmulTF32 : public torch::autograd::Function<MatmulTF32> {
       const at::Tensor b2 = b.dim() == 1 ? b.unsqueeze(-1) : b;
       std::vector<c10::SymInt> a2_sizes = a_sizes;
       if (a_sizes.size() == 1) a2_sizes.insert(a2_sizes.begin(), 1);
-      grad_a = matmul_tf32_op().call(g, b2.mT(), precision).sum_to_size_symint(a2_sizes);
+      grad_a = at::sum_to(matmul_tf32_op().call(g, b2.mT(), precision), a2_sizes);
       grad_a = grad_a.reshape_symint(a_sizes);
     }
     if (ctx->needs_input_grad(1)) {
       const at::Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
       std::vector<c10::SymInt> b2_sizes = b_sizes;
       if (b_sizes.size() == 1) b2_sizes.push_back(1);
-      grad_b = matmul_tf32_op().call(a2.mT(), g, precision).sum_to_size_symint(b2_sizes);
+      grad_b = at::sum_to(matmul_tf32_op().call(a2.mT(), g, precision), b2_sizes);
       grad_b = grad_b.reshape_symint(b_sizes);
     }
     return {grad_a, grad_b, at::Tensor()};

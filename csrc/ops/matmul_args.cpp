@@ -65,23 +65,36 @@ c10::SymDimVector matmul_result_shape(const at::Tensor& a, const at::Tensor& b) 
   }
   if (a.dim() >= 2) out.push_back(as[as.size() - 2]);
   if (b.dim() >= 2) out.push_back(bs.back());
-  // The result's elements must be countable in int64_t (expanded operands
-  // can describe more), as torch.matmul checks before allocating; an empty
-  // result is fine whatever its other sizes. Checked where every size is
-  // known: a bound on symbolic sizes would add guards that sizes known only
-  // at run time cannot satisfy.
-  uint64_t numel = 1;
-  bool overflow = false, empty = false, known = true;
-  for (const c10::SymInt& d : out) {
-    const std::optional<int64_t> v = d.maybe_as_int();
-    known = known && v.has_value();
-    if (!v) continue;
-    overflow |= c10::mul_overflows(numel, uint64_t(*v), &numel);
-    empty |= *v == 0;
-  }
-  TORCH_CHECK(!known || empty || (!overflow && numel <= uint64_t(std::numeric_limits<int64_t>::max())),
-              "matmul_tf32: the result of a with shape ", shape(as), " and b with shape ", shape(bs),
-              " would have shape ", shape(out), ", more elements than int64_t can count");
+  // The result's elements, and those of each operand broadcast over the
+  // batch dimensions, must be countable in int64_t (expanded operands can
+  // describe more), as torch.matmul checks before allocating: counted as
+  // torch counts a tensor's elements, so that an overflow before a zero
+  // size still counts. Checked where every size is known: a bound on
+  // symbolic sizes would add guards that sizes known only at run time
+  // cannot satisfy.
+  // The result's bytes too (float32): at::empty's own overflow error names
+  // neither the op nor the operands.
+  auto countable = [](c10::SymIntArrayRef sizes, uint64_t element_bytes) {
+    uint64_t numel = 1;
+    bool overflow = false;
+    for (const c10::SymInt& d : sizes) {
+      const std::optional<int64_t> v = d.maybe_as_int();
+      if (!v) return true;
+      overflow |= c10::mul_overflows(numel, uint64_t(*v), &numel);
+    }
+    return !overflow && numel <= uint64_t(std::numeric_limits<int64_t>::max()) / element_bytes;
+  };
+  TORCH_CHECK(countable(out, sizeof(float)), "matmul_tf32: the result of a with shape ", shape(as),
+              " and b with shape ", shape(bs), " would have shape ", shape(out),
+              ", more elements than int64_t can count (as float32 bytes)");
+  c10::SymDimVector a_full(out.begin(), out.begin() + n_batch), b_full = a_full;
+  a_full.push_back(a.dim() >= 2 ? as[as.size() - 2] : c10::SymInt(1));
+  a_full.push_back(k);
+  b_full.push_back(k);
+  b_full.push_back(b.dim() >= 2 ? bs.back() : c10::SymInt(1));
+  TORCH_CHECK(countable(a_full, 1) && countable(b_full, 1), "matmul_tf32: a with shape ", shape(as),
+              " and b with shape ", shape(bs), " broadcast over the batch dimensions to ", shape(a_full),
+              " and ", shape(b_full), ", more elements than int64_t can count");
   return out;
 }
 
