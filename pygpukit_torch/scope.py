@@ -19,7 +19,7 @@ import contextlib
 import math
 import string
 from dataclasses import dataclass, field
-from typing import Iterator, Optional, Sequence, Tuple
+from typing import Iterator, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -34,7 +34,7 @@ _MATMULS = (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.mm
             torch.Tensor.bmm)
 _ADDMMS = (torch.addmm, torch.Tensor.addmm, torch.baddbmm, torch.Tensor.baddbmm)
 _ROUTED = frozenset(_MATMULS + _ADDMMS + (F.linear, torch.einsum))
-_EINSUM_CHARS = frozenset(string.ascii_letters + ".,->  ")
+_EINSUM_CHARS = frozenset(string.ascii_letters + ".,-> ")
 
 
 def _einsum_labels(term: str, ndim: int, ellipsis: int):
@@ -52,15 +52,26 @@ def _einsum_labels(term: str, ndim: int, ellipsis: int):
     return list(pre) + list(range(ellipsis - own, ellipsis)) + list(post)
 
 
-def _einsum_plan(equation: str, a: torch.Tensor, b: torch.Tensor):
-    """How `einsum(equation, a, b)` runs as one matmul, or why it cannot.
+class _EinsumPlan(NamedTuple):
+    """How a two-operand einsum runs as one matmul. Labels are letters, or
+    ints for the dimensions of '...'."""
 
-    Returns the label lists (a_sum, b_sum, la, lb, batch, contracted, left,
-    right, out) and each operand's sizes by label (size_a, size_b), or a str
-    naming why not. la, lb: each operand's labels; a_sum, b_sum: labels of
-    one operand only that the result drops (summed first); batch and
-    contracted: labels of both operands that the result keeps or drops;
-    left, right: labels of one operand that it keeps; out: its labels."""
+    la: list  # a's labels
+    lb: list  # b's labels
+    a_sum: list  # labels of a only that the result drops: summed first
+    b_sum: list  # the same for b
+    batch: list  # labels of both operands that the result keeps
+    contracted: list  # labels of both operands that the result drops
+    left: list  # labels of a only that the result keeps
+    right: list  # labels of b only that the result keeps
+    out: list  # the result's labels
+    size_a: dict  # a's size by label
+    size_b: dict  # b's size by label
+
+
+def _einsum_plan(equation: str, a: torch.Tensor, b: torch.Tensor):
+    """How `einsum(equation, a, b)` runs as one matmul (an _EinsumPlan), or a
+    str naming why it cannot."""
     # ASCII letters, commas, one arrow and '...' only ('. ..' is no
     # ellipsis): anything else goes to torch, which raises its own error.
     if "." in equation.replace("...", "") or not set(equation) <= _EINSUM_CHARS:
@@ -104,7 +115,7 @@ def _einsum_plan(equation: str, a: torch.Tensor, b: torch.Tensor):
         if not (isinstance(sa, int) and isinstance(sb, int)) and not guard_or_false(sa == 1) and not guard_or_false(
                 sb == 1):
             torch._check(sa == sb, lambda: f"einsum(): sizes {sa} and {sb} of label {x!r} differ")
-    return a_sum, b_sum, la, lb, batch, contracted, left, right, out, size_a, size_b
+    return _EinsumPlan(la, lb, a_sum, b_sum, batch, contracted, left, right, out, size_a, size_b)
 
 
 
@@ -238,28 +249,31 @@ class _RouteMatmuls(TorchFunctionMode):
         plan = why or _einsum_plan(equation, a, b)
         if isinstance(plan, str):
             return plan
-        a_sum, b_sum, la, lb, batch, contracted, left, right, out, size_a, size_b = plan
-        if a_sum:
-            a = a.sum([la.index(x) for x in a_sum])
-            la = [x for x in la if x not in a_sum]
-        if b_sum:
-            b = b.sum([lb.index(x) for x in b_sum])
-            lb = [x for x in lb if x not in b_sum]
+        la, lb = plan.la, plan.lb
+        if plan.a_sum:
+            a = a.sum([la.index(x) for x in plan.a_sum])
+            la = [x for x in la if x not in plan.a_sum]
+        if plan.b_sum:
+            b = b.sum([lb.index(x) for x in plan.b_sum])
+            lb = [x for x in lb if x not in plan.b_sum]
+
         def sizes(labels, size):
             return [size[x] for x in labels]
 
         # a as [*batch, left, contracted] and b as [*batch, contracted,
         # right] (left, right and contracted labels flattened into one
         # dimension each), one matmul, then the result's labels in order.
-        k = math.prod(sizes(contracted, size_a))
+        batch, left, right, contracted = plan.batch, plan.left, plan.right, plan.contracted
+        k = math.prod(sizes(contracted, plan.size_a))
         a = a.permute([la.index(x) for x in batch + left + contracted]).reshape(
-            *sizes(batch, size_a), math.prod(sizes(left, size_a)), k)
+            *sizes(batch, plan.size_a), math.prod(sizes(left, plan.size_a)), k)
         b = b.permute([lb.index(x) for x in batch + contracted + right]).reshape(
-            *sizes(batch, size_b), k, math.prod(sizes(right, size_b)))
+            *sizes(batch, plan.size_b), k, math.prod(sizes(right, plan.size_b)))
         product = matmul_tf32(a, b, precision=self._precision())
         order = batch + left + right
-        product = product.reshape(list(product.shape[:len(batch)]) + sizes(left, size_a) + sizes(right, size_b))
-        return product.permute([order.index(x) for x in out])
+        product = product.reshape(list(product.shape[:len(batch)]) + sizes(left, plan.size_a) +
+                                  sizes(right, plan.size_b))
+        return product.permute([order.index(x) for x in plan.out])
 
     def _linear(self, kind, input, weight, bias=None):
         why = self._check(input, weight, *([bias] if bias is not None else []))

@@ -885,17 +885,23 @@ struct GemvKMajorRowsRow {
   }
 };
 
-struct GemvRowMajorRow {
-  static constexpr Family kFamily = Family::kGemv;
-  static constexpr bool kUnsplitTF32x3 = true;
-
+// Rows whose split-K ranges add up through FP32 partial sums in the workspace.
+struct SplitKPartialsRow {
   static size_t workspace_bytes(const GemmProblem& p, const Choice& c) {
     return splitk_partials_bytes(c.splits, p.M, p.N);
   }
+  static bool partials_fit(const GemmProblem& p, const Choice& c, size_t workspace_bytes) {
+    return SplitKPartialsRow::workspace_bytes(p, c) <= workspace_bytes;
+  }
+};
+
+struct GemvRowMajorRow : SplitKPartialsRow {
+  static constexpr Family kFamily = Family::kGemv;
+  static constexpr bool kUnsplitTF32x3 = true;
 
   static cudaError_t run(const GemmProblem& p, const Choice& c, void* workspace, size_t workspace_bytes,
                          cudaStream_t stream, bool) {
-    if (splitk_partials_bytes(c.splits, p.M, p.N) > workspace_bytes) return cudaErrorInvalidValue;
+    if (!partials_fit(p, c, workspace_bytes)) return cudaErrorInvalidValue;
     return launch_gemv_rowmajor(p, c.splits, static_cast<float*>(workspace), stream);
   }
 
@@ -911,17 +917,13 @@ struct GemvRowMajorRow {
 };
 
 template <class Config>
-struct FmaRow {
+struct FmaRow : SplitKPartialsRow {
   static constexpr Family kFamily = Family::kFma;
   static constexpr bool kUnsplitTF32x3 = false;
 
-  static size_t workspace_bytes(const GemmProblem& p, const Choice& c) {
-    return splitk_partials_bytes(c.splits, p.M, p.N);
-  }
-
   static cudaError_t run(const GemmProblem& p, const Choice& c, void* workspace, size_t workspace_bytes,
                          cudaStream_t stream, bool) {
-    if (splitk_partials_bytes(c.splits, p.M, p.N) > workspace_bytes) return cudaErrorInvalidValue;
+    if (!partials_fit(p, c, workspace_bytes)) return cudaErrorInvalidValue;
     return launch_fma_gemm<Config>(p, c.splits, static_cast<float*>(workspace), stream);
   }
 

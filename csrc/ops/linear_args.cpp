@@ -54,13 +54,12 @@ c10::SymDimVector linear_result_shape(const at::Tensor& x, const at::Tensor& wei
 
 LinearShapes check_linear_args(const at::Tensor& x, const at::Tensor& weight,
                                const std::optional<at::Tensor>& bias) {
-  linear_result_shape(x, weight, bias);
+  const c10::SymDimVector out = linear_result_shape(x, weight, bias);
   LinearShapes s;
   s.K = x.size(-1);
   s.N = weight.size(0);
-  s.out.assign(x.sizes().begin(), x.sizes().end() - 1);
-  for (const int64_t d : s.out) s.M *= d;
-  s.out.push_back(s.N);
+  for (const c10::SymInt& d : out) s.out.push_back(d.expect_int());
+  for (size_t i = 0; i + 1 < s.out.size(); ++i) s.M *= s.out[i];
   return s;
 }
 
