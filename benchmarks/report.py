@@ -35,6 +35,9 @@ unrounded times when they were measured):
           "cuBLAS x @ Wt.T"}, ratio {"x @ W", "x @ Wt.T"} (cuBLAS time /
           ours), weight_GBps (ours, x @ W), rel_err (x @ W), kernel (x @ W).
   host    shape ("MxKxN"), call, us.
+  mma_sync  M, N, K, layout, tflops {"pygpukit mma_sync" (forced), "cuBLAS tf32",
+          optional "CUTLASS sm80" (its best configuration)}, rel_err
+          {"pygpukit mma_sync", "cuBLAS tf32"}, optional cutlass_config.
 """
 
 import argparse
@@ -46,7 +49,7 @@ import re
 HERE = pathlib.Path(__file__).resolve().parent
 RESULTS_DIR = HERE / "results"
 RESULTS_MD = HERE / "RESULTS.md"
-BENCHMARKS = ("matmul", "linear", "decode", "host")
+BENCHMARKS = ("matmul", "mma_sync", "linear", "decode", "host")
 
 # The headline shape set (kind, M, N, K, layout): a matmul table holding all
 # of it ends with the geometric mean of the ratios to cuBLAS TF32 over it.
@@ -77,6 +80,9 @@ DESCRIPTIONS = {
     "decode": "Decode-sized products with the weight stored [in, out] (`x @ W`) and [out, in] "
               "(`x @ Wt.T`, nn.Linear's), µs per call with host time, against cuBLAS TF32.",
     "host": "Host time per call of tiny products (the GPU's work is negligible), µs.",
+    "mma_sync": "The portable `mma.sync` kernel (the path of sm_80–sm_89 GPUs) forced, against cuBLAS "
+                "TF32 and CUTLASS 2.x's sm80 TF32 kernels (best of six tile configurations, each timed "
+                "with CUDA events in its own process), TFLOP/s.",
 }
 
 
@@ -249,7 +255,32 @@ def render_host(section) -> list:
     return markdown_table(["call (µs per call), M x K x N:"] + shapes, cells)
 
 
-RENDERERS = {"matmul": render_matmul, "linear": render_linear, "decode": render_decode, "host": render_host}
+def render_mma_sync(section) -> list:
+    rows = section["rows"]
+    ours, cublas, cutlass = "pygpukit mma_sync", "cuBLAS tf32", "CUTLASS sm80"
+    with_cutlass = any(cutlass in r["tflops"] for r in rows)
+    columns = ["shape (M×N×K, layout)", "mma_sync TFLOP/s", "cuBLAS TF32"]
+    columns += ["CUTLASS sm80 best", "CUTLASS tile", "ours / CUTLASS"] if with_cutlass else []
+    columns += ["ours / cuBLAS TF32", "rel. err ours", "rel. err cuBLAS TF32"]
+    cells = []
+    for r in rows:
+        t = r["tflops"]
+        cell = [f"{r['M']}x{r['N']}x{r['K']} {r['layout']}", f"{t[ours]:.1f}", f"{t[cublas]:.1f}"]
+        if with_cutlass:
+            cell += ([f"{t[cutlass]:.1f}", r["cutlass_config"], f"{t[ours] / t[cutlass]:.2f}"] if cutlass in t
+                     else ["—", "—", "—"])
+        cell += [f"{t[ours] / t[cublas]:.2f}", f"{r['rel_err'][ours]:.2e}", f"{r['rel_err'][cublas]:.2e}"]
+        cells.append(cell)
+    lines = markdown_table(columns, cells)
+    lines += ["", f"Geometric mean of ours / cuBLAS TF32: **{geomean(r['tflops'][ours] / r['tflops'][cublas] for r in rows):.3f}**"]
+    peer_rows = [r for r in rows if cutlass in r["tflops"]]
+    if peer_rows:
+        g = geomean(r["tflops"][ours] / r["tflops"][cutlass] for r in peer_rows)
+        lines += ["", f"Geometric mean of ours / CUTLASS sm80 best: **{g:.3f}**"]
+    return lines
+
+
+RENDERERS = {"matmul": render_matmul, "mma_sync": render_mma_sync, "linear": render_linear, "decode": render_decode, "host": render_host}
 
 
 def render(results_dir=RESULTS_DIR) -> str:

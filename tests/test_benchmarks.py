@@ -17,7 +17,7 @@ if str(ROOT) not in sys.path:
 from benchmarks import __main__ as cli  # noqa: E402
 from benchmarks import report  # noqa: E402
 
-MEASURING = ("matmul", "linear", "decode", "host")
+MEASURING = ("matmul", "mma_sync", "linear", "decode", "host")
 
 
 def test_entry_point_help():
@@ -108,3 +108,25 @@ def test_tiny_cpu_runs_save_and_render(tmp_path, capsys):
         assert re.search(rf"^### {subcommand} · \d{{4}}-\d\d-\d\d · CPU · torch ", text, re.MULTILINE)
     assert "| square 64x64x64 nn |" in text
     assert "| `torch.matmul (TF32)` |" in text
+
+
+def test_mma_sync_table_with_cutlass_peer():
+    """The peer's columns and both geometric means, from a section shaped as a GPU run writes it."""
+    row = {"M": 4096, "N": 4096, "K": 4096, "layout": "nt", "cutlass_config": "128x256x32 warps 64x64x32 stages 3",
+           "tflops": {"pygpukit mma_sync": 200.0, "cuBLAS tf32": 400.0, "CUTLASS sm80": 250.0},
+           "rel_err": {"pygpukit mma_sync": 2.9e-4, "cuBLAS tf32": 2.9e-4}}
+    lone = {**row, "layout": "nn", "tflops": {"pygpukit mma_sync": 100.0, "cuBLAS tf32": 400.0}}
+    section = {"benchmark": "mma_sync", "command": "mma_sync --cutlass",
+               "header": {"gpu": "G", "date": "2026-12-07", "commit": "abc1234", "torch": "2", "cuda": "13"},
+               "rows": [row, lone]}
+    text = "\n".join(report.render_section(section))
+    assert "| 4096x4096x4096 nt | 200.0 | 400.0 | 250.0 | 128x256x32 warps 64x64x32 stages 3 | 0.80 | 0.50 |" in text
+    assert "| 4096x4096x4096 nn | 100.0 | 400.0 | — | — | — | 0.25 |" in text
+    assert "ours / cuBLAS TF32: **0.354**" in text  # sqrt(0.5 * 0.25)
+    assert "ours / CUTLASS sm80 best: **0.800**" in text
+
+
+def test_mma_sync_cutlass_needs_gpu():
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["mma_sync", "--quick", "--device", "cpu", "--cutlass", "/nonexistent"])
+    assert "GPU" in str(exit_info.value.code)
