@@ -1,9 +1,9 @@
 // The mma.sync kernel template in one tile configuration (-DCBM= -DCBN= -DCBK=
 // -DCWM= -DCWN= -DCSTAGES= [-DMINB= -DINSIDE=]), forced, timed next to cuBLAS
 // TF32 in the same process: row-major A with column-major B ("tn") and with
-// row-major B ("nn"), at the large shapes (or "small" ones), one JSON line per
-// shape; diff = ||ours - cuBLAS|| / ||cuBLAS|| up to 4096 rows. Built and run
-// by mma_sync_configs.sh.
+// row-major B ("nn"), at the large shapes, the "small" ones or a list
+// "MxNxK,MxNxK,...", one JSON line per shape; diff = ||ours - cuBLAS|| /
+// ||cuBLAS|| up to 4096 rows. Built and run by mma_sync_configs.sh.
 #include <cstdio>
 #include <vector>
 #include <algorithm>
@@ -48,6 +48,17 @@ double rel_diff(const float* x, const float* y, size_t n) {
 int main(int argc, char** argv) {
   std::vector<std::array<int, 3>> shapes = {{4096, 4096, 4096}, {8192, 8192, 8192}, {8192, 14336, 4096}, {8192, 4096, 14336}};
   if (argc > 1 && !strcmp(argv[1], "small")) shapes = {{2048, 2048, 2048}, {1024, 1024, 4096}, {4096, 4096, 4096}};
+  if (argc > 1 && strchr(argv[1], 'x')) {  // "MxNxK,MxNxK,..." (at most 8192 x 14336 elements per operand)
+    shapes.clear();
+    for (const char* s = argv[1]; *s;) {
+      std::array<int, 3> v{};
+      int used = 0;
+      if (sscanf(s, "%dx%dx%d%n", &v[0], &v[1], &v[2], &used) != 3) return 2;
+      shapes.push_back(v);
+      s += used;
+      if (*s == ',') ++s;
+    }
+  }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     fprintf(stderr, "mma_sync_configs: no CUDA GPU\n");

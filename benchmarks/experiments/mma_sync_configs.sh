@@ -2,7 +2,7 @@
 # Times mma.sync tile configurations of the working tree or of other revisions
 # (mma_sync_configs.cu, one build per configuration, built in parallel).
 #   here:            benchmarks/experiments/mma_sync_configs.sh prepare REV...  (extracts REV's kernel headers)
-#   GPU machine:     benchmarks/experiments/mma_sync_configs.sh run "SRC BM BN BK WM WN STAGES [MINB INSIDE [small]]" ...
+#   GPU machine:     benchmarks/experiments/mma_sync_configs.sh run "SRC BM BN BK WM WN STAGES [MINB INSIDE [small|MxNxK,...]]" ...
 # SRC: "tree" (the working tree), a prepared REV, or either with suffix 80
 # ("tree80"): compute_80 PTX, as an sm_80 build's code runs on a newer GPU.
 set -e
@@ -12,7 +12,7 @@ if [ "$1" = prepare ]; then
   shift
   for rev in "$@"; do
     mkdir -p .revs/$rev
-    for f in cuda/mma_sync/mma_sync_gemm.cuh cuda/common/ptx.cuh; do
+    for f in cuda/mma_sync/mma_sync_gemm.cuh cuda/mma_sync/mma_sync_config.h cuda/common/ptx.cuh cuda/common/epilogue.cuh; do
       mkdir -p .revs/$rev/$(dirname $f)
       git -C $root show $rev:csrc/$f > .revs/$rev/$f
     done

@@ -1,8 +1,8 @@
 // The epilogue shared by every GEMM kernel: bias and activation applied to
-// an accumulator before its only store to C. The mma.sync, FMA and skinny
-// kernels, the GEMVs and the split-K reduction apply them in registers
-// (epilogue_value); the wgmma kernel in a pass over its shared-memory
-// staging buffer (with_activation).
+// an accumulator before its only store to C. The FMA and skinny kernels, the
+// GEMVs and the split-K reduction apply them per value (epilogue_value); the
+// mma.sync and wgmma kernels in a loop over their shared-memory staging
+// buffers, with the activation hoisted out of the loop (with_activation).
 #pragma once
 
 #include <cstdint>
@@ -56,39 +56,12 @@ __device__ __forceinline__ void with_activation(Activation act, F&& f) {
 // Value stored at C[row, col] for accumulator `acc`. The activation is a
 // uniform runtime value, so one kernel instantiation serves plain matmul and
 // every fused linear layer; the price is a branch and a copy of each
-// activation's code per inlined call (see store_tile in wgmma_epilogue.cuh for
-// where that mattered).
+// activation's code per inlined call (store_tile in wgmma_epilogue.cuh and
+// store_warp_tile in mma_sync_gemm.cuh say where that mattered).
 __device__ __forceinline__ float epilogue_value(const Epilogue& ep, float acc,
                                                 int64_t col) {
   if (ep.bias != nullptr) acc += ep.bias[col];
   return apply_activation(acc, ep.activation);
-}
-
-// Whether (row, col), (row, col + 1) pairs of C, col even, can be stored as
-// one 8-byte float2.
-__device__ __forceinline__ bool pair_stores_aligned(const float* C, int64_t ldc) {
-  return ldc % 2 == 0 && reinterpret_cast<uintptr_t>(C) % 8 == 0;
-}
-
-// Stores the epilogue of the accumulator pair (acc0, acc1) at C[row, col],
-// C[row, col + 1] (col even), skipping whatever lies outside the M x N output.
-__device__ __forceinline__ void store_pair(const Epilogue& ep, float* C, int64_t ldc, int64_t M,
-                                           int64_t N, int64_t row, int64_t col, float acc0,
-                                           float acc1, bool pair_stores) {
-  if (row >= M || col >= N) return;
-  float* out = C + row * ldc + col;
-  const float v0 = epilogue_value(ep, acc0, col);
-  if (col + 1 >= N) {
-    out[0] = v0;
-    return;
-  }
-  const float v1 = epilogue_value(ep, acc1, col + 1);
-  if (pair_stores) {
-    *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
-  } else {
-    out[0] = v0;
-    out[1] = v1;
-  }
 }
 
 }  // namespace pygpukit

@@ -120,6 +120,14 @@ __device__ __forceinline__ uint32_t round_fragment_to_tf32(uint32_t bits) {
 #endif
 }
 
+// One 16-byte global store. Written as a float4 assignment next to a
+// predicated fallback of four scalar stores, ptxas merged the two into the
+// scalar stores (the mma.sync epilogue, sm_90a).
+__device__ __forceinline__ void store_global_v4(float* dst, float x, float y, float z, float w) {
+  asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(x), "f"(y), "f"(z), "f"(w)
+               : "memory");
+}
+
 // D = A * B + D for one 16x8x8 TF32 tile (PTX ISA 9.7.14.5.1.1).
 // A fragment: a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4);
 // B fragment: b0 (k=t, n=g), b1 (k=t+4, n=g);

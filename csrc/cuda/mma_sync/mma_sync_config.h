@@ -32,8 +32,16 @@ struct MmaSyncConfig {
   static constexpr int kWarpsM = BM / WM, kWarpsN = BN / WN;
   static constexpr int kThreads = kWarpsM * kWarpsN * 32;
   static constexpr int kMmaM = WM / 16, kMmaN = WN / 8;  // m16n8k8 tiles per warp
+  // A row-major B's fragments loaded in pairs of n8 tiles by 8-byte loads
+  // (see the kernel). H100, 2026-12-07, forced, against scalar loads in one
+  // run, TFLOP/s nn: 256x128 with 64x64 warps at 4096^3, 8192^3,
+  // 8192x14336x4096, 8192x4096x14336 168.8 -> 181.1, 164.0 -> 178.3,
+  // 164.1 -> 175.2, 167.0 -> 178.5; 128x128 with 64x32 warps at 2048^3 and
+  // 4096^3 150.0 -> 141.5, 166.9 -> 155.4: paired on 64-column warp tiles only.
+  static constexpr bool kPairRowMajorB = WN >= 64;
   static_assert(BM % WM == 0 && BN % WN == 0, "warp tiles must cover the threadblock tile");
-  static_assert(WM % 16 == 0 && WN % 16 == 0 && BK % 8 == 0, "tile sizes must fit m16n8k8");
+  static_assert(WM % 16 == 0 && WN % 32 == 0 && BK % 8 == 0,
+                "tile sizes must fit m16n8k8 (and whole 32-column groups, see mn_major_offset)");
   static_assert(kStages >= 2, "the pipeline needs at least two stages");
   static_assert(kInsideCopyStep >= 0 && kInsideCopyStep < BK / 8, "a k8 step of the k-tile");
 
@@ -43,27 +51,28 @@ struct MmaSyncConfig {
   }
 };
 
-// 256x128x32, 8 warps of 64x64, 3 stages: ~160 KB of shared memory (sm_80:
-// 163 KB, sm_90: 227 KB per block), 255 registers per thread (ptxas spills
-// ~1 KB per thread, outside the k8 steps' MMAs). 64x64 warp tiles load 128 B
-// of fragments from shared memory per MMA where 64x32 ones load 192. H100,
-// 2026-12-07, forced in one run (benchmarks/experiments/mma_sync_configs.sh),
-// TFLOP/s tn / nn at 4096^3, 8192^3, 8192x14336x4096, 8192x4096x14336:
+// 256x128x32, 8 warps of 64x64, 3 stages: 144 KB of shared memory (160 KB
+// with a row-major B, for the epilogue's staging; sm_80: 163 KB, sm_90:
+// 227 KB per block), 251-255 registers per thread. 64x64 warp tiles load
+// 128 B of fragments from shared memory per MMA where 64x32 ones load 192.
+// Chosen on the mainloop before the swizzled stages and the staged
+// epilogue: H100, 2026-12-07, forced in one run
+// (benchmarks/experiments/mma_sync_configs.sh), TFLOP/s tn / nn at 4096^3,
+// 8192^3, 8192x14336x4096, 8192x4096x14336:
 //   this tile            150.3/146.0 179.0/168.3 145.0/140.8 184.1/182.1
 //   128x256, warp 64x64  147.3/147.4 175.9/167.9 144.0/142.5 177.1/183.2
 //   128x256, warp 64x32  146.1/158.4 153.1/157.3 144.2/153.2 147.8/158.4
 //     (16 warps, the fragment loads not double-buffered)
-// A later run gave 128x256 with 16 warps of 64x32 on this mainloop
-// 162.1/145.7 168.0/152.9 150.2/145.7 165.7/152.7.
+// Now (docs/design.md): 226/190 239/180 197/177 209/188.
 using MmaSyncLarge = MmaSyncConfig<256, 128, 32, 64, 64, 3>;
-// 128x128x32, 8 warps of 64x32, 4 stages: ~144 KB, for problems with too few
+// 128x128x32, 8 warps of 64x32, 4 stages: 128 KB, for problems with too few
 // 128x256 tiles to fill the GPU. Interior copies after the last k8 step
 // (2026-12-02, H200, forced at 2048^3 against step 1 in alternate
 // processes, two rounds, TFLOP/s: nn 85.6-85.8 -> 91.9-92.0, nt 87.0-87.6
 // -> 90.3-91.9, tn 90.2 -> 90.9-91.1, tt 87.4-87.9 -> 91.7-91.9; step 2
 // gave nn 89.5-89.6; step 1 against step 0 had given nn +0.5%).
 using MmaSyncMedium = MmaSyncConfig<128, 128, 32, 64, 32, 4, 0, 1, 3>;
-// 64x64x32, 4 warps of 32x32, 4 stages: ~72 KB, fits the 99 KB of sm_86 /
+// 64x64x32, 4 warps of 32x32, 4 stages: 64 KB, fits the 99 KB of sm_86 /
 // sm_89 and gives 4x more threadblocks again on small problems. Bounded to
 // three blocks per SM (<= 168 registers; the 16-byte variants only, see the
 // kernel), which Hopper's 227 KB of shared memory holds: unbounded, ptxas
@@ -88,22 +97,54 @@ template <class Config, Layout kLayoutA, Layout kLayoutB, bool kVec16>
 cudaError_t launch_mma_sync_gemm(const GemmProblem& problem, cudaStream_t stream);
 
 // One stage of one operand in shared memory: a kRows x kCols tile whose rows
-// are contiguous in global memory, stored with a padded row stride.
+// are contiguous in global memory, kCols floats apart (no padding), with the
+// 16-byte chunks of each 128-byte group of a row permuted: chunk c of row r
+// sits at c ^ swizzle(r). Each 128-byte piece of a global row thus lands in
+// one aligned 128-byte line of shared memory, which cp.async needs to move
+// it as one request: with rows padded by 16 or 32 bytes instead (the layout
+// before), ncu counted 1.5x the ideal L2 sectors and 2.6x the ideal
+// shared-memory wavefronts for every 16-byte cp.async of MmaSyncLarge (H100,
+// 8192^3, B column-major; CUTLASS's sm80 kernel: exactly the ideal), and the
+// L2 ran at 88% of its peak throughput against CUTLASS's 55%.
 //   K-major operand (row-major A, column-major B): kRows = BM or BN, kCols =
-//     BK; stride BK + 4 words puts the 8 rows of an ldmatrix 8x16-byte block
-//     in 8 different 4-bank groups (36r mod 32 = 4r), so it is conflict-free.
-//   MN-major operand: kRows = BK, kCols = BM or BN; stride kCols + 8 makes the
-//     fragment loads conflict-free: B's scalar ones, (k = t, n = g) for g < 8,
-//     t < 4, hit bank 8t + g; A's 8-byte ones (k = t, m = 2g, 2g + 1) start
-//     at bank 8t + 2g, 16 lanes per phase.
-// 16-byte cp.async stores of 8 consecutive chunks of a row are conflict-free
-// with either stride.
+//     BK = 32; swizzle(r) = r mod 8 puts the 8 rows of an ldmatrix 8x16-byte
+//     block in 8 different 4-bank groups.
+//   MN-major operand: kRows = BK, kCols = BM or BN; swizzle(r) = 2 (r mod 4)
+//     makes the fragment loads from rows k = t and t + 4 (t < 4) conflict-free:
+//     the scalar ones (k = t, column g) and the 8-byte ones (k = t, columns 2g,
+//     2g + 1) of one phase hit 8 different 4-bank groups.
 template <int kMN, int kBK, bool kKMajor>
 struct SmemTile {
   static constexpr int kRows = kKMajor ? kMN : kBK;
   static constexpr int kCols = kKMajor ? kBK : kMN;
-  static constexpr int kStride = kCols + (kKMajor ? 4 : 8);
-  static constexpr int kFloats = kRows * kStride;
+  static constexpr int kFloats = kRows * kCols;
+  static constexpr int kSwizzleRows = kKMajor ? 8 : 4;  // rows after which swizzle repeats
+  static_assert(kCols % 32 == 0, "rows of whole 128-byte groups");
+  static_assert(!kKMajor || kCols == 32, "the K-major swizzle spans one 128-byte row");
+
+  __host__ __device__ static constexpr int swizzle(int row) {
+    return kKMajor ? row % 8 : (row % 4) * 2;
+  }
+  // Place of element (row, col), in floats from the stage's start.
+  __host__ __device__ static constexpr int offset(int row, int col) {
+    return row * kCols + (((col / 4) ^ swizzle(row)) * 4) + col % 4;
+  }
+};
+
+// One warp's WM x WN accumulator tile staged in shared memory by the
+// epilogue (over the pipeline's stages, which the mainloop no longer needs),
+// so that it leaves as whole rows of 16-byte stores. The row stride S makes
+// the fragments' stores conflict-free: 8-byte ones (column-major B) write
+// four rows of four lanes per phase, which need S = 8 mod 32 words where
+// they are rows g apart (row-major A) and 4 mod 16 where 2g apart
+// (column-major A, see the kernel); 16-byte ones (a row-major B's paired
+// fragments, kPairRowMajorB) two rows, S = 16 mod 32 or 8 mod 16.
+template <class Config, bool kAKMajor, bool kBKMajor>
+struct WarpStagingTile {
+  static_assert(Config::WN % 32 == 0, "the padding below assumes WN = 0 mod 32");
+  static constexpr bool kQuads = !kBKMajor && Config::kPairRowMajorB;  // 16-byte fragment stores
+  static constexpr int kStride = Config::WN + (!kQuads ? (kAKMajor ? 8 : 4) : (kAKMajor ? 16 : 8));
+  static constexpr int kFloats = Config::WM * kStride;
 };
 
 template <class Config>
@@ -114,7 +155,14 @@ constexpr int mma_sync_smem_bytes(Layout layout_a, Layout layout_b) {
   const int b = layout_b == Layout::kColMajor
                     ? SmemTile<Config::BN, Config::BK, true>::kFloats
                     : SmemTile<Config::BN, Config::BK, false>::kFloats;
-  return Config::kStages * (a + b) * static_cast<int>(sizeof(float));
+  const int stages = Config::kStages * (a + b);
+  const bool a_k = layout_a == Layout::kRowMajor, b_k = layout_b == Layout::kColMajor;
+  const int staging = (Config::kThreads / 32) *
+                      (a_k ? (b_k ? WarpStagingTile<Config, true, true>::kFloats
+                                  : WarpStagingTile<Config, true, false>::kFloats)
+                           : (b_k ? WarpStagingTile<Config, false, true>::kFloats
+                                  : WarpStagingTile<Config, false, false>::kFloats));
+  return (stages > staging ? stages : staging) * static_cast<int>(sizeof(float));
 }
 
 }  // namespace pygpukit

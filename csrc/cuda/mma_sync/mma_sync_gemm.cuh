@@ -57,18 +57,19 @@ struct StageLoader {
   const float* first;  // copy 0's source at k-tile 0
   uint32_t in_bounds;  // bit i: copy i lies inside M (or N)
   int mn_bytes;        // MN-major: bytes of a copy inside M (or N), which may end inside it
-  int r0_or_c;         // K-major: c, the copies' column; MN-major: r0, copy 0's row
+  int row0, col;       // copy 0's row and column in the tile (copy i: row0 + i * kRowStep)
   int smem_offset;     // copy 0's place in the stage, in floats
 
   __device__ __forceinline__ StageLoader(const float* gmem, int64_t ld, int64_t mn0,
                                          int64_t mn_extent, int tid) {
     const int r0 = tid / kPerRow, c = (tid % kPerRow) * kWidth;
-    smem_offset = r0 * Tile::kStride + c;
+    row0 = r0;
+    col = c;
+    smem_offset = Tile::offset(r0, c);
     in_bounds = 0;
     if constexpr (kKMajor) {
       first = gmem + (mn0 + r0) * ld + c;
       mn_bytes = 4 * kWidth;
-      r0_or_c = c;
 #pragma unroll
       for (int i = 0; i < kCopies; ++i)
         if (mn0 + r0 + i * kRowStep < mn_extent) in_bounds |= 1u << i;
@@ -76,15 +77,18 @@ struct StageLoader {
       first = gmem + r0 * ld + mn0 + c;
       const int64_t left = mn_extent - (mn0 + c);
       mn_bytes = 4 * (left <= 0 ? 0 : left < kWidth ? int(left) : kWidth);
-      r0_or_c = r0;
       if (mn_bytes > 0) in_bounds = kAllCopies;
     }
   }
 
   // This thread's copies as they sit in a stage, one 16- or 4-byte chunk each.
   using Chunk = typename std::conditional<kVec16, uint4, uint32_t>::type;
+  // Where copies stay kSwizzleRows-aligned apart, a fixed step from copy 0.
   __device__ __forceinline__ Chunk* chunk(float* stage, int i) const {
-    return reinterpret_cast<Chunk*>(stage + smem_offset + i * kRowStep * Tile::kStride);
+    if constexpr (kRowStep % Tile::kSwizzleRows == 0)
+      return reinterpret_cast<Chunk*>(stage + smem_offset + i * kRowStep * Tile::kCols);
+    else
+      return reinterpret_cast<Chunk*>(stage + Tile::offset(row0 + i * kRowStep, col));
   }
   __device__ __forceinline__ void fetch(float* stage, Chunk (&v)[kCopies]) const {
 #pragma unroll
@@ -129,13 +133,13 @@ struct StageLoader {
     const float* src = source(k0, ld);
     int k_bytes = mn_bytes;  // K-major: this thread's column against K, the same for every copy
     if constexpr (kKMajor) {
-      const int64_t left = K - (k0 + r0_or_c);
+      const int64_t left = K - (k0 + col);
       k_bytes = left >= kWidth ? 4 * kWidth : left > 0 ? 4 * int(left) : 0;
     }
 #pragma unroll
     for (int i = 0; i < kCopies; ++i) {
       const bool in = ((in_bounds >> i) & 1u) &&
-                      (kKMajor ? k_bytes > 0 : k0 + r0_or_c + i * kRowStep < K);
+                      (kKMajor ? k_bytes > 0 : k0 + row0 + i * kRowStep < K);
       copy_async<kVec16>(reinterpret_cast<float*>(chunk(stage, i)),
                          in ? src + i * kRowStep * ld : gmem, in ? k_bytes : 0);
     }
@@ -164,6 +168,20 @@ __device__ __forceinline__ void round_stage_in_place(const LoaderA& la, float* s
   lb.store_rounded(sb, b);
 }
 
+// Offset, in floats, of the fragment element of an MN-major stage (Tile) at
+// row kk + t and column warp0 + base + c: warp0 a multiple of 32 (a warp
+// tile's first column), base a compile-time multiple of 16 with c < 16 (or
+// of 8 with c < 8), and `lane_chunk` the lane's ((c / 4) ^ 2t) * 4 + c % 4.
+// Written so that only the chunk bits within a 32-column group are XORed at
+// run time: chunk (warp0 + base + c) / 4, its low 3 bits XOR 2t, is
+// warp0 / 4 + (base & ~31) / 4 + ((base % 32) / 4 ^ c / 4 ^ 2t), as
+// (base % 32) / 4 and c / 4 share no bits.
+template <class Tile>
+__device__ __forceinline__ int mn_major_offset(int kk, int warp0, int base, int lane_chunk) {
+  const int t = (threadIdx.x % 32) % 4;
+  return (kk + t) * Tile::kCols + warp0 + (base & ~31) + (((base % 32) / 4) * 4 ^ lane_chunk);
+}
+
 // Where the operands are rounded to TF32 for the tensor core, which drops
 // the low 13 bits. From sm_90 on, in registers as each warp loads its
 // fragments: cvt.rn is one instruction there (ptx::round_fragment_to_tf32),
@@ -182,6 +200,83 @@ constexpr bool kRoundFragments = false;
 constexpr bool kRoundFragments = true;
 #endif
 
+// The epilogue of one warp: its WM x WN accumulators (MI x NI m16n8
+// fragments) are staged in shared memory at `staging`, then leave as rows of
+// bias + activation applied 16-byte stores, two 256-byte rows per warp
+// instruction on 64-column warp tiles. A rolled loop over the staged rows
+// keeps the code short: with a store per accumulator pair, bias and
+// activation inlined at each, MmaSyncLarge's kernel was ~34000 SASS
+// instructions, most of them epilogue, whose cost per output tile showed in
+// K: 75, 147 and 189 TFLOP/s at 8192 x 8192 x K for K = 1024, 4096 and
+// 14336, against 194, 209 and 208 staged (H100, forced, B column-major).
+template <class Cfg, bool kAKMajor, bool kBKMajor, class Acc>
+__device__ __forceinline__ void store_warp_tile(const Acc& result, float* staging,
+                                                const GemmProblem& p, int64_t batch, int64_t row0,
+                                                int64_t col0) {
+  using Staging = WarpStagingTile<Cfg, kAKMajor, kBKMajor>;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int i = 0; i < Cfg::kMmaM; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      // Column-major A: mma row g + 8h of an m16 tile is tile row 2g + h.
+      float* row = staging + (i * 16 + (kAKMajor ? g + 8 * h : 2 * g + h)) * Staging::kStride;
+#pragma unroll
+      for (int j = 0; j < Cfg::kMmaN; ++j) {
+        if constexpr (kBKMajor || !Cfg::kPairRowMajorB) {
+          *reinterpret_cast<float2*>(row + j * 8 + 2 * t) =
+              make_float2(result[i][j][2 * h], result[i][j][2 * h + 1]);
+        } else if (j % 2 == 0) {
+          // Row-major B, paired: mma column c of tile j is column 2c of the
+          // pair's 16, of tile j + 1 column 2c + 1, so a lane holds 4t .. 4t + 3.
+          *reinterpret_cast<float4*>(row + j * 8 + 4 * t) =
+              make_float4(result[i][j][2 * h], result[i][j + 1][2 * h], result[i][j][2 * h + 1],
+                          result[i][j + 1][2 * h + 1]);
+        }
+      }
+    }
+  __syncwarp();
+
+  // Lane l stores columns 4 * (l % kLanesPerRow) + 0..3 of every
+  // kRowsPerStep-th row from row l / kLanesPerRow on.
+  constexpr int kLanesPerRow = Cfg::WN / 4;
+  constexpr int kRowsPerStep = 32 / kLanesPerRow;
+  static_assert(Cfg::WN % 4 == 0 && 32 % kLanesPerRow == 0 && Cfg::WM % kRowsPerStep == 0,
+                "whole rows of 16-byte chunks per warp instruction");
+  const int64_t col = col0 + 4 * (lane % kLanesPerRow);
+  const float* src = staging + (lane / kLanesPerRow) * Staging::kStride + 4 * (lane % kLanesPerRow);
+  float* C = p.C + batch * p.batch_stride_c;
+  const bool vec = p.ldc % 4 == 0 && reinterpret_cast<uintptr_t>(C) % 16 == 0 && col + 3 < p.N;
+  // No bias adds nothing, not +0.0f (which would turn -0 into +0).
+  const bool has_bias = p.epilogue.bias != nullptr;
+  float bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (has_bias)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (col + e < p.N) bias[e] = p.epilogue.bias[col + e];
+  with_activation(p.epilogue.activation, [&](auto act) {
+#pragma unroll 4
+    for (int r = lane / kLanesPerRow; r < Cfg::WM;
+         r += kRowsPerStep, src += kRowsPerStep * Staging::kStride) {
+      const int64_t row = row0 + r;
+      if (row >= p.M) break;
+      const float4 v = *reinterpret_cast<const float4*>(src);
+      float out[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        out[e] = apply_activation(has_bias ? out[e] + bias[e] : out[e], act);
+      float* dst = C + row * p.ldc + col;
+      if (vec) {
+        ptx::store_global_v4(dst, out[0], out[1], out[2], out[3]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (col + e < p.N) dst[e] = out[e];
+      }
+    }
+  });
+}
+
 // The 4-byte variants keep one block as the minimum: under MmaSyncSmall's
 // bound of three they spill 44-320 bytes (sm_90a), which the 16-byte ones do
 // not.
@@ -194,7 +289,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kVec16 ? Cfg::kMinBlocksPerSM :
   using TileB = SmemTile<Cfg::BN, Cfg::BK, kBKMajor>;
   constexpr int MI = Cfg::kMmaM, NI = Cfg::kMmaN;
 
-  extern __shared__ __align__(16) float smem[];
+  extern __shared__ __align__(128) float smem[];  // 128: the swizzle's lines (SmemTile)
   float* const smem_a = smem;
   float* const smem_b = smem + Cfg::kStages * TileA::kFloats;
 
@@ -246,16 +341,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, kVec16 ? Cfg::kMinBlocksPerSM :
     // counters stepped each k-tile rather than a 64-bit remainder each.
     int stage = 0, next_stage = Cfg::kStages - 1;
 
+    // An MN-major stage's fragment loads read row kk + t (kk a multiple of
+    // 8, so swizzle 2t) at column base + c, c < 16 for this lane: 8-byte
+    // pairs at c = 2g, scalars at c = g. Their chunk index within the 16
+    // columns, XOR the swizzle, and their place in the chunk are the same for
+    // every load of the thread (pair_chunk, scalar_chunk: (chunk ^ 2t) * 4 +
+    // c % 4).
+    const int pair_chunk = ((g / 2) ^ (2 * t)) * 4 + (2 * g) % 4;
+    const int scalar_chunk = ((g / 4) ^ (2 * t)) * 4 + g % 4;
+    (void)pair_chunk;
+    (void)scalar_chunk;
+
     // The fragments of one k8 step of the stage at sa / sb, as the MMAs read
-    // them (unrounded).
+    // them (unrounded, except a row-major B's where kRoundBOnLoad).
+    constexpr bool kRoundBOnLoad = kRoundFragments && !kBKMajor && Cfg::kPairRowMajorB;
     auto load_fragments = [&](const float* sa, const float* sb, int kk, uint32_t (&a)[MI][4],
                               uint32_t (&b)[NI][2]) {
 #pragma unroll
       for (int i = 0; i < MI; ++i) {
         const int m = warp_m0 + i * 16;
         if constexpr (kAKMajor) {
-          // Blocks: rows 0-7 / 8-15 at k 0-3, then the same at k 4-7.
-          ptx::ldmatrix_x4(a[i], sa + (m + lane % 16) * TileA::kStride + kk + (lane / 16) * 4);
+          // Blocks: rows 0-7 / 8-15 at k 0-3, then the same at k 4-7; row
+          // m + lane % 16 has swizzle lane % 8 (m is a multiple of 16).
+          ptx::ldmatrix_x4(a[i], sa + (m + lane % 16) * TileA::kCols +
+                                     ((kk / 4 + lane / 16) ^ (lane % 8)) * 4);
         } else {
           // Column-major A: mma row g + 8h of each m16 tile is fed from
           // tile row 2g + h rather than g + 8h (shared memory holds the
@@ -263,11 +372,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, kVec16 ? Cfg::kMinBlocksPerSM :
           // likewise), so a fragment's two rows are adjacent: one 8-byte
           // load per k fills half a fragment, a[i][0..1] at k = t and
           // a[i][2..3] at k = t + 4, 2 load instructions instead of 4.
-          // The 16 lanes of an 8-byte load phase (g < 4, t < 4) start at
-          // banks 8t + 2g (row stride 8 mod 32): conflict-free.
-          const float* pair = sa + (kk + t) * TileA::kStride + m + 2 * g;
+          const float* pair = sa + mn_major_offset<TileA>(kk, warp_m0, i * 16, pair_chunk);
           const float2 lo = *reinterpret_cast<const float2*>(pair);
-          const float2 hi = *reinterpret_cast<const float2*>(pair + 4 * TileA::kStride);
+          const float2 hi = *reinterpret_cast<const float2*>(pair + 4 * TileA::kCols);
           a[i][0] = __float_as_uint(lo.x);
           a[i][1] = __float_as_uint(lo.y);
           a[i][2] = __float_as_uint(hi.x);
@@ -282,19 +389,42 @@ __global__ void __launch_bounds__(Cfg::kThreads, kVec16 ? Cfg::kMinBlocksPerSM :
           // blocks (n 0-7, k 0-3), (n 0-7, k 4-7), (n 8-15, k 0-3), (n 8-15, k 4-7).
           if (j % 2 == 0) {
             uint32_t r[4];
-            ptx::ldmatrix_x4(r, sb + (n + (lane / 16) * 8 + lane % 8) * TileB::kStride + kk +
-                                    ((lane / 8) % 2) * 4);
+            ptx::ldmatrix_x4(r, sb + (n + (lane / 16) * 8 + lane % 8) * TileB::kCols +
+                                    ((kk / 4 + (lane / 8) % 2) ^ (lane % 8)) * 4);
             b[j][0] = r[0];
             b[j][1] = r[1];
             b[j + 1][0] = r[2];
             b[j + 1][1] = r[3];
           }
+        } else if constexpr (Cfg::kPairRowMajorB) {
+          if (j % 2 == 0) {
+            // Row-major B, paired: the n8 tiles j and j + 1 take the even and
+            // the odd columns of the 16 from n on (column 2g and 2g + 1
+            // where mma column g would be n + g and n + 8 + g), so one
+            // 8-byte load fills the same register of both tiles' fragments:
+            // 2 load instructions per pair of tiles instead of 4 scalar ones
+            // (a fragment's two values lie at k = t and t + 4, which no load
+            // joins). The epilogue puts the columns back. Rounded here
+            // rather than before the MMAs (kRoundBOnLoad), which spares
+            // some of the register moves ptxas adds to regroup the loads'
+            // pairs into the MMAs' (MmaSyncLarge: 165 per k-tile, sm_90a).
+            const float* pair = sb + mn_major_offset<TileB>(kk, warp_n0, j * 8, pair_chunk);
+            const float2 lo = *reinterpret_cast<const float2*>(pair);
+            const float2 hi = *reinterpret_cast<const float2*>(pair + 4 * TileB::kCols);
+            const auto fragment = [](float x) {
+              return kRoundBOnLoad ? ptx::round_fragment_to_tf32(__float_as_uint(x))
+                                   : __float_as_uint(x);
+            };
+            b[j][0] = fragment(lo.x);
+            b[j + 1][0] = fragment(lo.y);
+            b[j][1] = fragment(hi.x);
+            b[j + 1][1] = fragment(hi.y);
+          }
         } else {
-          // Row-major B keeps scalar loads: a fragment's two values lie at
-          // different k, so a wider load would need register moves.
-          const float* row = sb + (kk + t) * TileB::kStride + n + g;
+          // Row-major B, scalar: mma column g of tile j is column n + g.
+          const float* row = sb + mn_major_offset<TileB>(kk, warp_n0, j * 8, scalar_chunk);
           b[j][0] = __float_as_uint(row[0]);
-          b[j][1] = __float_as_uint(row[4 * TileB::kStride]);
+          b[j][1] = __float_as_uint(row[4 * TileB::kCols]);
         }
       }
     };
@@ -367,10 +497,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, kVec16 ? Cfg::kMinBlocksPerSM :
           for (int i = 0; i < MI; ++i)
 #pragma unroll
             for (int r = 0; r < 4; ++r) a[i][r] = ptx::round_fragment_to_tf32(a[i][r]);
+          if constexpr (!kRoundBOnLoad)
 #pragma unroll
-          for (int j = 0; j < NI; ++j)
+            for (int j = 0; j < NI; ++j)
 #pragma unroll
-            for (int r = 0; r < 2; ++r) b[j][r] = ptx::round_fragment_to_tf32(b[j][r]);
+              for (int r = 0; r < 2; ++r) b[j][r] = ptx::round_fragment_to_tf32(b[j][r]);
         }
 #pragma unroll
         for (int i = 0; i < MI; ++i)
@@ -429,29 +560,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, kVec16 ? Cfg::kMinBlocksPerSM :
     }
     for (int64_t kt = kt_inside; kt < k_tiles; ++kt) k_tile_step(kt, std::false_type{});
     ptx::cp_async_wait<0>();
+    // Every warp is done with the stages, which the epilogue reuses.
+    __syncthreads();
     const auto& result = Cfg::kPromoteKTiles > 0 ? total : acc;
-
-    // Epilogue: each thread owns pairs (row, col..col+1) of C; with
-    // column-major A, mma row g + 8h of an m16 tile is tile row 2g + h.
-    float* C = p.C + batch * p.batch_stride_c;
-    const bool pair_stores = pair_stores_aligned(C, p.ldc);
-#pragma unroll
-    for (int i = 0; i < MI; ++i) {
-#pragma unroll
-      for (int j = 0; j < NI; ++j) {
-        const int64_t col = n0 + warp_n0 + j * 8 + 2 * t;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          // Summed in this order (64-bit from m0 on) for row-major A: the
-          // 32-bit sum of the in-tile offset first changed MmaSyncLarge's
-          // register allocation (spills 144 -> 160 bytes, sm_90a).
-          const int64_t row = kAKMajor ? m0 + warp_m0 + i * 16 + g + 8 * h
-                                       : m0 + warp_m0 + i * 16 + 2 * g + h;
-          store_pair(p.epilogue, C, p.ldc, p.M, p.N, row, col, result[i][j][2 * h],
-                     result[i][j][2 * h + 1], pair_stores);
-        }
-      }
-    }
+    using Staging = WarpStagingTile<Cfg, kAKMajor, kBKMajor>;
+    store_warp_tile<Cfg, kAKMajor, kBKMajor>(result, smem + warp * Staging::kFloats, p, batch,
+                                             m0 + warp_m0, n0 + warp_n0);
   }
 }
 
