@@ -1,7 +1,7 @@
 // The issue ceiling of mma.sync.m16n8k8 TF32 on the current GPU: warps that
 // run only independent MMA chains on registers (no memory traffic), for
 // several warp counts per SM. This bounds what the mma.sync GEMM path can
-// reach (docs/design.md, "Measured limits").
+// reach (docs/performance.md, "Measured limits").
 //
 //   nvcc -O3 -arch=sm_90a -o mma_sync_peak benchmarks/experiments/mma_sync_peak.cu && ./mma_sync_peak
 //   (-arch=sm_80 / sm_86 / sm_89 for Ampere and Ada)
