@@ -305,15 +305,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", default=str(RESULTS_DIR),
                         help="folder of results files (default: benchmarks/results)")
     parser.add_argument("--out", default=str(RESULTS_MD),
-                        help="Markdown file to write (default: benchmarks/RESULTS.md; '-' prints it)")
+                        help="Markdown file to write (default: benchmarks/RESULTS.md, and then README.md's status "
+                             "table too; '-' prints it)")
 
 
 def run(args) -> int:
     text = render(args.results)
     if args.out == "-":
         print(text, end="")
-    else:
-        with open(args.out, "w") as fh:
-            fh.write(text)
-        print(f"wrote {args.out}")
+        return 0
+    with open(args.out, "w") as fh:
+        fh.write(text)
+    print(f"wrote {args.out}")
+    if args.out == str(RESULTS_MD) and args.results == str(RESULTS_DIR):
+        from . import status  # status imports this module
+        if status.update_readme():
+            print(f"wrote the status table of {status.README}")
     return 0

@@ -130,3 +130,36 @@ def test_mma_sync_cutlass_needs_gpu():
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["mma_sync", "--quick", "--device", "cpu", "--cutlass", "/nonexistent"])
     assert "GPU" in str(exit_info.value.code)
+
+
+def test_readme_status_table_is_generated_from_the_results_files():
+    """README.md's status table is what `report` writes now (rerun it after a benchmark run with --save)."""
+    from benchmarks import status
+    readme = (ROOT / "README.md").read_text()
+    assert status.render_status() in readme
+
+
+def test_status_rows_follow_the_sections_present(tmp_path):
+    """A row per section kind that exists, the newest of its kind, with its GPU and date; none for the rest."""
+    from benchmarks import status
+    header = {"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-12-07", "commit": "abc1234", "torch": "2", "cuda": "13"}
+    row = {"M": 4096, "N": 4096, "K": 4096, "layout": "nt", "cutlass_config": "c",
+           "tflops": {"pygpukit mma_sync": 200.0, "cuBLAS tf32": 400.0, "CUTLASS sm80": 250.0},
+           "rel_err": {"pygpukit mma_sync": 3e-4, "cuBLAS tf32": 3e-4}}
+    older = {"benchmark": "mma_sync", "command": "mma_sync", "header": {**header, "date": "2026-12-01"},
+             "rows": [{**row, "tflops": {"pygpukit mma_sync": 100.0, "cuBLAS tf32": 400.0}}]}
+    newer = {"benchmark": "mma_sync", "command": "mma_sync --cutlass", "header": header, "rows": [row]}
+    report.save_section(tmp_path / "h100.json", older)
+    report.save_section(tmp_path / "h100.json", newer)
+    rows = status.status_rows(tmp_path)
+    assert rows == [("portable `mma.sync` path (sm_80–sm_89), large shapes",
+                     "200 TFLOP/s forced; geometric means 0.50× cuBLAS TF32, 0.80× CUTLASS's best sm80 kernel",
+                     "H100, 2026-12-07")]
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{status.STATUS_BEGIN}\nold\n{status.STATUS_END}\nrest\n")
+    assert status.update_readme(readme, tmp_path)
+    text = readme.read_text()
+    assert text.startswith("intro\n") and text.endswith("\nrest\n") and "old" not in text
+    assert "| portable `mma.sync` path (sm_80–sm_89), large shapes |" in text
+    (tmp_path / "plain.md").write_text("no markers\n")
+    assert not status.update_readme(tmp_path / "plain.md", tmp_path)
