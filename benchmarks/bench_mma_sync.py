@@ -8,8 +8,8 @@ CUTLASS's include/ and tools/util/include/) is built here with nvcc in six
 tile configurations (benchmarks/peers/cutlass_sm80_tf32.cu, for this GPU's
 architecture: the sm80 kernels' instructions) and each runs in its own
 process after ours: median of 30 CUDA-event-timed calls after 5 warm-up
-calls, on one input set (at these sizes the operands exceed the L2 cache).
-The table shows the best configuration per shape.
+calls, taking turns over input sets whose A and B exceed three times the L2
+cache, as ours do. The table shows the best configuration per shape.
 
     python -m benchmarks mma_sync [--quick] [--cutlass DIR] [--jobs N]
         [--min-run-time SECONDS] [--markdown OUT.md] [--save [FILE]]
