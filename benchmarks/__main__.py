@@ -2,6 +2,7 @@
 
   matmul   matmul_tf32 against cuBLAS TF32 and FP32, TFLOP/s (bench_matmul.py)
   mma_sync the portable mma.sync kernel forced, against cuBLAS TF32 and CUTLASS's sm80 kernels (bench_mma_sync.py)
+  accuracy the FP32-accurate precisions against cuBLAS FP32 on hard inputs, errors (bench_accuracy.py)
   linear   fused linear_tf32 + GELU against torch, and a Llama-style block (bench_linear.py)
   decode   decode-sized products, both weight layouts, against cuBLAS (bench_decode.py)
   host     host time per call of tiny products (bench_host.py)
@@ -19,6 +20,7 @@ import sys
 SUBCOMMANDS = {
     "matmul": ("bench_matmul", "matmul_tf32 against torch.matmul (cuBLAS) in TF32 and FP32, TFLOP/s"),
     "mma_sync": ("bench_mma_sync", "the portable mma.sync kernel forced, against cuBLAS TF32 and CUTLASS sm80"),
+    "accuracy": ("bench_accuracy", "the FP32-accurate precisions against cuBLAS FP32 on hard inputs, errors"),
     "linear": ("bench_linear", "linear_tf32 with fused bias + GELU against torch, and a Llama-style block"),
     "decode": ("bench_decode", "decode-sized products with the weight in both layouts, against cuBLAS"),
     "host": ("bench_host", "host time per call of tiny products"),

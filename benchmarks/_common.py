@@ -20,13 +20,15 @@ DECODE_WEIGHTS = ((4096, 4096), (14336, 4096), (4096, 14336))
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def add_common_arguments(parser, min_run_time: float) -> None:
-    """The options every measuring subcommand takes."""
+def add_common_arguments(parser, min_run_time=None) -> None:
+    """The options every measuring subcommand takes (--min-run-time only
+    where it times something: min_run_time given)."""
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                         help="auto: the CUDA GPU if there is one, else the CPU (only with --quick: tiny "
                              "sizes that check the tool, not the kernels)")
-    parser.add_argument("--min-run-time", type=float, default=min_run_time,
-                        help=f"seconds of timing per variant and shape, in 5 turns (default {min_run_time})")
+    if min_run_time is not None:
+        parser.add_argument("--min-run-time", type=float, default=min_run_time,
+                            help=f"seconds of timing per variant and shape, in 5 turns (default {min_run_time})")
     parser.add_argument("--markdown", help="append the results table to this file")
     parser.add_argument("--save", nargs="?", const="", metavar="FILE",
                         help="write this run into a results file, replacing the section of the same command: "
@@ -46,7 +48,8 @@ def pick_device(args) -> str:
                          f"check the tool, not the kernels)")
     if args.save == "":
         raise SystemExit("--save without a FILE needs a GPU (the results files hold GPU runs); name a FILE")
-    args.min_run_time = min(args.min_run_time, 0.02)
+    if hasattr(args, "min_run_time"):
+        args.min_run_time = min(args.min_run_time, 0.02)
     print("CPU run, tiny sizes: torch.matmul stands in for cuBLAS; the numbers say nothing about the GPU kernels")
     return "cpu"
 

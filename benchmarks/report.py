@@ -38,6 +38,9 @@ unrounded times when they were measured):
   mma_sync  M, N, K, layout, tflops {"pygpukit mma_sync" (forced), "cuBLAS tf32",
           optional "CUTLASS sm80" (its best configuration)}, rel_err
           {"pygpukit mma_sync", "cuBLAS tf32"}, optional cutlass_config.
+  accuracy  case, M, N, K, norm {variant: error}, worst {variant: error},
+          nonfinite_ok {variant: bool}, kernels {precision: kernel}. Variants:
+          "cuBLAS fp32", "pygpukit tf32x3", "pygpukit ieee".
 """
 
 import argparse
@@ -49,7 +52,7 @@ import re
 HERE = pathlib.Path(__file__).resolve().parent
 RESULTS_DIR = HERE / "results"
 RESULTS_MD = HERE / "RESULTS.md"
-BENCHMARKS = ("matmul", "mma_sync", "linear", "decode", "host")
+BENCHMARKS = ("matmul", "mma_sync", "accuracy", "linear", "decode", "host")
 
 # The headline shape set (kind, M, N, K, layout): a matmul table holding all
 # of it ends with the geometric mean of the ratios to cuBLAS TF32 over it.
@@ -80,6 +83,9 @@ DESCRIPTIONS = {
     "decode": "Decode-sized products with the weight stored [in, out] (`x @ W`) and [out, in] "
               "(`x @ Wt.T`, nn.Linear's), µs per call with host time, against cuBLAS TF32.",
     "host": "Host time per call of tiny products (the GPU's work is negligible), µs.",
+    "accuracy": "The FP32-accurate precisions against cuBLAS FP32 on hard inputs: norm-wise error "
+                "‖out − ref‖/‖ref‖ and the worst element |out − ref| / (|A|·|B|) against the float64 "
+                "product; \"≤ FP32\" says whether both are at most cuBLAS FP32's.",
     "mma_sync": "The portable `mma.sync` kernel (the path of sm_80–sm_89 GPUs) forced, against cuBLAS "
                 "TF32 and CUTLASS 2.x's sm80 TF32 kernels (best of six tile configurations, each timed "
                 "with CUDA events in its own process), TFLOP/s.",
@@ -280,7 +286,28 @@ def render_mma_sync(section) -> list:
     return lines
 
 
-RENDERERS = {"matmul": render_matmul, "mma_sync": render_mma_sync, "linear": render_linear, "decode": render_decode, "host": render_host}
+def render_accuracy(section) -> list:
+    rows = section["rows"]
+    ours = [v for v in rows[0]["norm"] if v != "cuBLAS fp32"]
+    columns = ["case", "M×N×K", "cuBLAS FP32 norm / worst"]
+    for v in ours:
+        columns += [f"{v[len('pygpukit '):]} norm / worst", "≤ FP32"]
+    columns += ["NaN/Inf right"] + [f"kernel {v[len('pygpukit '):]}" for v in ours]
+    cells = []
+    for r in rows:
+        n, w, ok = r["norm"], r["worst"], r["nonfinite_ok"]
+        cell = [r["case"], f"{r['M']}×{r['N']}×{r['K']}", f"{n['cuBLAS fp32']:.1e} / {w['cuBLAS fp32']:.1e}"]
+        for v in ours:
+            at_most = n[v] <= n["cuBLAS fp32"] and w[v] <= w["cuBLAS fp32"]
+            cell += [f"{n[v]:.1e} / {w[v]:.1e}", "yes" if at_most else "**no**"]
+        cell.append(", ".join(f"{v.replace('pygpukit ', '').replace(' fp32', '')} {'yes' if ok[v] else '**no**'}"
+                              for v in ok))
+        cell += [r["kernels"][v[len("pygpukit "):]] for v in ours]
+        cells.append(cell)
+    return markdown_table(columns, cells)
+
+
+RENDERERS = {"matmul": render_matmul, "mma_sync": render_mma_sync, "accuracy": render_accuracy, "linear": render_linear, "decode": render_decode, "host": render_host}
 
 
 def render(results_dir=RESULTS_DIR) -> str:

@@ -126,6 +126,19 @@ def _mma_sync_row(section):
     return [("portable `mma.sync` path (sm_80–sm_89), large shapes", text)]
 
 
+def _accuracy_rows(section):
+    out = []
+    rows = section["rows"]
+    for variant in [v for v in rows[0]["norm"] if v != "cuBLAS fp32"]:
+        worse = [r["case"] for r in rows if r["norm"][variant] > r["norm"]["cuBLAS fp32"]
+                 or r["worst"][variant] > r["worst"]["cuBLAS fp32"]]
+        text = f"error at most cuBLAS FP32's (norm-wise and worst element) on {len(rows) - len(worse)} of {len(rows)} cases"
+        if worse:
+            text += "; above it on: " + ", ".join(worse)
+        out.append((f"`precision=\"{variant.replace('pygpukit ', '')}\"` on the accuracy suite", text))
+    return out
+
+
 def status_rows(results_dir=RESULTS_DIR):
     """[(case, result, where)] for the README, from the newest sections."""
     sections = _sections(results_dir)
@@ -134,6 +147,7 @@ def status_rows(results_dir=RESULTS_DIR):
         (_newest(sections, "linear"), _linear_rows),
         (_newest(sections, "decode"), _decode_rows),
         (_newest(sections, "matmul", lambda s: "--tf32x3" in s["command"]), _tf32x3_row),
+        (_newest(sections, "accuracy"), _accuracy_rows),
         (_newest(sections, "mma_sync"), _mma_sync_row),
         (_newest(sections, "matmul", lambda s: "--ieee" in s["command"]), _ieee_row),
     ]

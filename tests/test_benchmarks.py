@@ -17,7 +17,7 @@ if str(ROOT) not in sys.path:
 from benchmarks import __main__ as cli  # noqa: E402
 from benchmarks import report  # noqa: E402
 
-MEASURING = ("matmul", "mma_sync", "linear", "decode", "host")
+MEASURING = ("matmul", "mma_sync", "accuracy", "linear", "decode", "host")
 
 
 def test_entry_point_help():
@@ -163,3 +163,21 @@ def test_status_rows_follow_the_sections_present(tmp_path):
     assert "| portable `mma.sync` path (sm_80–sm_89), large shapes |" in text
     (tmp_path / "plain.md").write_text("no markers\n")
     assert not status.update_readme(tmp_path / "plain.md", tmp_path)
+
+
+def test_accuracy_status_names_the_cases_above_cublas(tmp_path):
+    from benchmarks import status
+    header = {"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-12-07", "commit": None, "torch": "2", "cuda": "13"}
+
+    def row(case, ours):
+        return {"case": case, "M": 8, "N": 8, "K": 8, "norm": {"cuBLAS fp32": 1e-7, "pygpukit tf32x3": ours},
+                "worst": {"cuBLAS fp32": 1e-8, "pygpukit tf32x3": 1e-9}, "nonfinite_ok": {"cuBLAS fp32": True,
+                "pygpukit tf32x3": True}, "kernels": {"tf32x3": "k"}}
+    report.save_section(tmp_path / "h100.json", {"benchmark": "accuracy", "command": "accuracy", "header": header,
+                                                 "rows": [row("easy", 5e-8), row("subnormal", 3e-3)]})
+    assert status.status_rows(tmp_path) == [
+        ('`precision="tf32x3"` on the accuracy suite',
+         "error at most cuBLAS FP32's (norm-wise and worst element) on 1 of 2 cases; above it on: subnormal",
+         "H100, 2026-12-07")]
+    text = "\n".join(report.render_section(json.loads((tmp_path / "h100.json").read_text())["sections"][0]))
+    assert "| subnormal | 8×8×8 | 1.0e-07 / 1.0e-08 | 3.0e-03 / 1.0e-09 | **no** | cuBLAS yes, tf32x3 yes | k |" in text
