@@ -4,6 +4,7 @@
   mma_sync the portable mma.sync kernel forced, against cuBLAS TF32 and CUTLASS's sm80 kernels (bench_mma_sync.py)
   accuracy the FP32-accurate precisions against cuBLAS FP32 on hard inputs, errors (bench_accuracy.py)
   linear   fused linear_tf32 + GELU against torch, and a Llama-style block (bench_linear.py)
+  scope    whole models inside pygpukit_torch.enable() against torch TF32 and FP32 (bench_scope.py)
   decode   decode-sized products, both weight layouts, against cuBLAS (bench_decode.py)
   host     host time per call of tiny products (bench_host.py)
   report   render benchmarks/RESULTS.md from benchmarks/results/*.json (report.py)
@@ -22,6 +23,7 @@ SUBCOMMANDS = {
     "mma_sync": ("bench_mma_sync", "the portable mma.sync kernel forced, against cuBLAS TF32 and CUTLASS sm80"),
     "accuracy": ("bench_accuracy", "the FP32-accurate precisions against cuBLAS FP32 on hard inputs, errors"),
     "linear": ("bench_linear", "linear_tf32 with fused bias + GELU against torch, and a Llama-style block"),
+    "scope": ("bench_scope", "whole models inside pygpukit_torch.enable() against torch TF32 and FP32"),
     "decode": ("bench_decode", "decode-sized products with the weight in both layouts, against cuBLAS"),
     "host": ("bench_host", "host time per call of tiny products"),
     "report": ("report", "render benchmarks/RESULTS.md from benchmarks/results/*.json"),

@@ -35,6 +35,9 @@ unrounded times when they were measured):
           "cuBLAS x @ Wt.T"}, ratio {"x @ W", "x @ Wt.T"} (cuBLAS time /
           ours), weight_GBps (ours, x @ W), rel_err (x @ W), kernel (x @ W).
   host    shape ("MxKxN"), call, us.
+  scope   model, batch, tokens, ms {"pygpukit enable", "torch tf32", "torch fp32"},
+          speedup {"vs TF32", "vs FP32"} (torch's time / ours), rel_err {variant},
+          routed (products one forward sent to pygpukit), passed {reason: count}.
   mma_sync  M, N, K, layout, tflops {"pygpukit mma_sync" (forced), "cuBLAS tf32",
           optional "CUTLASS sm80" (its best configuration)}, rel_err
           {"pygpukit mma_sync", "cuBLAS tf32"}, optional cutlass_config.
@@ -52,7 +55,7 @@ import re
 HERE = pathlib.Path(__file__).resolve().parent
 RESULTS_DIR = HERE / "results"
 RESULTS_MD = HERE / "RESULTS.md"
-BENCHMARKS = ("matmul", "mma_sync", "accuracy", "linear", "decode", "host")
+BENCHMARKS = ("matmul", "mma_sync", "accuracy", "linear", "scope", "decode", "host")
 
 # The headline shape set (kind, M, N, K, layout): a matmul table holding all
 # of it ends with the geometric mean of the ratios to cuBLAS TF32 over it.
@@ -83,6 +86,9 @@ DESCRIPTIONS = {
     "decode": "Decode-sized products with the weight stored [in, out] (`x @ W`) and [out, in] "
               "(`x @ Wt.T`, nn.Linear's), µs per call with host time, against cuBLAS TF32.",
     "host": "Host time per call of tiny products (the GPU's work is negligible), µs.",
+    "scope": "Whole models unchanged inside `pygpukit_torch.enable()` against the same models on torch in "
+             "TF32 and FP32: forward time, ms (speedup = torch's time / ours), error against the float64 "
+             "model, and the products one forward routed to pygpukit.",
     "accuracy": "The FP32-accurate precisions against cuBLAS FP32 on hard inputs: norm-wise error "
                 "‖out − ref‖/‖ref‖ and the worst element |out − ref| / (|A|·|B|) against the float64 "
                 "product; \"≤ FP32\" says whether both are at most cuBLAS FP32's.",
@@ -307,7 +313,20 @@ def render_accuracy(section) -> list:
     return markdown_table(columns, cells)
 
 
-RENDERERS = {"matmul": render_matmul, "mma_sync": render_mma_sync, "accuracy": render_accuracy, "linear": render_linear, "decode": render_decode, "host": render_host}
+def render_scope(section) -> list:
+    variants = ("pygpukit enable", "torch tf32", "torch fp32")
+    columns = (["model", "batch × tokens"] + [f"{v} ms" for v in variants] + ["speedup vs TF32", "vs FP32"]
+               + [f"rel. err {v}" for v in variants] + ["routed per forward", "left to torch"])
+    cells = [[r["model"], f"{r['batch']}×{r['tokens']}"] + [f"{r['ms'][v]:.3f}" for v in variants]
+             + [f"{r['speedup']['vs TF32']:.2f}", f"{r['speedup']['vs FP32']:.2f}"]
+             + [f"{r['rel_err'][v]:.1e}" for v in variants]
+             + [str(r["routed"]), ", ".join(f"{why} ({n}x)" for why, n in r["passed"].items()) or "—"]
+             for r in section["rows"]]
+    return markdown_table(columns, cells)
+
+
+RENDERERS = {"matmul": render_matmul, "mma_sync": render_mma_sync, "accuracy": render_accuracy,
+             "scope": render_scope, "linear": render_linear, "decode": render_decode, "host": render_host}
 
 
 def render(results_dir=RESULTS_DIR) -> str:

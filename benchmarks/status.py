@@ -139,12 +139,23 @@ def _accuracy_rows(section):
     return out
 
 
+def _scope_rows(section):
+    out = []
+    for model in dict.fromkeys(r["model"] for r in section["rows"]):
+        rows = [r for r in section["rows"] if r["model"] == model]
+        text = ", ".join(f"{r['batch']}×{r['tokens']} tokens {r['speedup']['vs TF32']:.2f}×" for r in rows)
+        out.append((f"{model}, unchanged inside `enable()`",
+                    f"{text} torch TF32 ({rows[0]['routed']} products per forward on pygpukit)"))
+    return out
+
+
 def status_rows(results_dir=RESULTS_DIR):
     """[(case, result, where)] for the README, from the newest sections."""
     sections = _sections(results_dir)
     found = [
         (_newest(sections, "matmul", lambda s: "--quick" not in s["command"]), _tf32_rows),
         (_newest(sections, "linear"), _linear_rows),
+        (_newest(sections, "scope"), _scope_rows),
         (_newest(sections, "decode"), _decode_rows),
         (_newest(sections, "matmul", lambda s: "--tf32x3" in s["command"]), _tf32x3_row),
         (_newest(sections, "accuracy"), _accuracy_rows),

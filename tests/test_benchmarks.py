@@ -17,7 +17,7 @@ if str(ROOT) not in sys.path:
 from benchmarks import __main__ as cli  # noqa: E402
 from benchmarks import report  # noqa: E402
 
-MEASURING = ("matmul", "mma_sync", "accuracy", "linear", "decode", "host")
+MEASURING = ("matmul", "mma_sync", "accuracy", "linear", "scope", "decode", "host")
 
 
 def test_entry_point_help():
@@ -181,3 +181,16 @@ def test_accuracy_status_names_the_cases_above_cublas(tmp_path):
          "H100, 2026-12-07")]
     text = "\n".join(report.render_section(json.loads((tmp_path / "h100.json").read_text())["sections"][0]))
     assert "| subnormal | 8×8×8 | 1.0e-07 / 1.0e-08 | 3.0e-03 / 1.0e-09 | **no** | cuBLAS yes, tf32x3 yes | k |" in text
+
+
+def test_scope_status_row(tmp_path):
+    from benchmarks import status
+    header = {"gpu": "NVIDIA H200", "date": "2026-12-08", "commit": None, "torch": "2", "cuda": "13"}
+    rows = [{"model": "Llama block", "batch": b, "tokens": t, "ms": {"pygpukit enable": 1.0, "torch tf32": s,
+             "torch fp32": 3.0}, "speedup": {"vs TF32": s, "vs FP32": 3.0}, "rel_err": {}, "routed": 7, "passed": {}}
+            for b, t, s in ((1, 128, 1.1), (4, 2048, 1.02))]
+    report.save_section(tmp_path / "h200.json", {"benchmark": "scope", "command": "scope", "header": header,
+                                                 "rows": rows})
+    assert status.status_rows(tmp_path) == [
+        ("Llama block, unchanged inside `enable()`",
+         "1×128 tokens 1.10×, 4×2048 tokens 1.02× torch TF32 (7 products per forward on pygpukit)", "H200, 2026-12-08")]
