@@ -145,6 +145,12 @@ class ScopeStats:
         return f"{self.taken} products on pygpukit" + (f"; left to torch: {passed}" if passed else "")
 
 
+def _innermost_precision() -> Optional[str]:
+    """The innermost default_precision block of this thread or task, so that
+    a routed call (and its backward) records it."""
+    return context_innermost("precision")
+
+
 class _RouteMatmuls(TorchFunctionMode):
     def __init__(self, devices: Sequence[str], stats: ScopeStats):
         super().__init__()
@@ -200,11 +206,6 @@ class _RouteMatmuls(TorchFunctionMode):
                 return f"operands on {t.device.type}"
         return None
 
-    @staticmethod
-    def _precision() -> Optional[str]:
-        # The innermost default_precision block of this thread or task, so
-        # that the call (and its backward) records it.
-        return context_innermost("precision")
 
     def _matmul(self, kind, a, b, *, out=None):
         why = "out= given" if out is not None else self._check(a, b)
@@ -213,7 +214,7 @@ class _RouteMatmuls(TorchFunctionMode):
         if why is None and kind == "bmm" and not (a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0]
                                                   and a.shape[2] == b.shape[1]):
             why = "bmm operands that are not 3-D and matching"
-        return why or matmul_tf32(a, b, precision=self._precision())
+        return why or matmul_tf32(a, b, precision=_innermost_precision())
 
     def _addmm(self, kind, input, m1, m2, *, beta=1, alpha=1, out=None):
         why = "out= given" if out is not None else self._check(input, m1, m2)
@@ -229,7 +230,7 @@ class _RouteMatmuls(TorchFunctionMode):
             why = f"{kind} with alpha = 0, or beta = 0 on an input that needs a gradient"
         if why is not None:
             return why
-        product = matmul_tf32(m1, m2, precision=self._precision())
+        product = matmul_tf32(m1, m2, precision=_innermost_precision())
         if alpha != 1:
             product = product * alpha
         # torch's rule: with beta = 0 the input is ignored (NaN included).
@@ -269,7 +270,7 @@ class _RouteMatmuls(TorchFunctionMode):
             *sizes(batch, plan.size_a), math.prod(sizes(left, plan.size_a)), k)
         b = b.permute([lb.index(x) for x in batch + contracted + right]).reshape(
             *sizes(batch, plan.size_b), k, math.prod(sizes(right, plan.size_b)))
-        product = matmul_tf32(a, b, precision=self._precision())
+        product = matmul_tf32(a, b, precision=_innermost_precision())
         order = batch + left + right
         product = product.reshape(list(product.shape[:len(batch)]) + sizes(left, plan.size_a) +
                                   sizes(right, plan.size_b))
@@ -279,7 +280,7 @@ class _RouteMatmuls(TorchFunctionMode):
         why = self._check(input, weight, *([bias] if bias is not None else []))
         if why is None and (weight.dim() != 2 or (bias is not None and tuple(bias.shape) != weight.shape[:1])):
             why = "F.linear with a weight that is not 2-D or a bias that is not [out_features]"
-        return why or linear_tf32(input, weight, bias, precision=self._precision())
+        return why or linear_tf32(input, weight, bias, precision=_innermost_precision())
 
 
 def _device_types(devices) -> Tuple[str, ...]:
