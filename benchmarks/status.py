@@ -162,7 +162,8 @@ def status_rows(results_dir=RESULTS_DIR):
         (_newest(sections, "mma_sync"), _mma_sync_row),
         (_newest(sections, "matmul", lambda s: "--ieee" in s["command"]), _ieee_row),
     ]
-    return [(case, text, _where(section)) for section, rows in found if section for case, text in rows(section)]
+    return [(case, text + (" (a method note in benchmarks/RESULTS.md)" if section.get("note") else ""),
+             _where(section)) for section, rows in found if section for case, text in rows(section)]
 
 
 def render_status(results_dir=RESULTS_DIR) -> str:
