@@ -27,10 +27,10 @@ def _newest(sections, benchmark, predicate=lambda s: True):
     return next((s for s in sections if s["benchmark"] == benchmark and predicate(s)), None)
 
 
-def _span(values, unit="×") -> str:
-    """"lo–hi×" (or one value) of ratios, two decimals."""
-    lo, hi = min(values), max(values)
-    return f"{lo:.2f}{unit}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}{unit}"
+def _span(values, unit="×", digits=2) -> str:
+    """"lo–hi×" (or one value where both round alike), `digits` decimals."""
+    lo, hi = (f"{v:.{digits}f}" for v in (min(values), max(values)))
+    return f"{lo}{unit}" if lo == hi else f"{lo}–{hi}{unit}"
 
 
 def _where(section) -> str:
@@ -116,8 +116,7 @@ def _decode_rows(section):
 
 def _mma_sync_row(section):
     rows = section["rows"]
-    ours = [r["tflops"]["pygpukit mma_sync"] for r in rows]
-    span = f"{min(ours):.0f}" if f"{min(ours):.0f}" == f"{max(ours):.0f}" else f"{min(ours):.0f}–{max(ours):.0f}"
+    span = _span([r["tflops"]["pygpukit mma_sync"] for r in rows], unit="", digits=0)
     text = (f"{span} TFLOP/s forced; geometric means "
             f"{geomean(_ratio(r, 'pygpukit mma_sync', 'cuBLAS tf32') for r in rows):.2f}× cuBLAS TF32")
     peer = [r for r in rows if "CUTLASS sm80" in r["tflops"]]

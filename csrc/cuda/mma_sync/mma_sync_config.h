@@ -138,10 +138,10 @@ struct SmemTile {
 // four rows of four lanes per phase, which need S = 8 mod 32 words where
 // they are rows g apart (row-major A) and 4 mod 16 where 2g apart
 // (column-major A, see the kernel); 16-byte ones (a row-major B's paired
-// fragments, kPairRowMajorB) two rows, S = 16 mod 32 or 8 mod 16.
+// fragments, kPairRowMajorB) two rows, S = 16 mod 32 or 8 mod 16. WN itself
+// is a multiple of 32 (MmaSyncConfig).
 template <class Config, bool kAKMajor, bool kBKMajor>
 struct WarpStagingTile {
-  static_assert(Config::WN % 32 == 0, "the padding below assumes WN = 0 mod 32");
   static constexpr bool kQuads = !kBKMajor && Config::kPairRowMajorB;  // 16-byte fragment stores
   static constexpr int kStride = Config::WN + (!kQuads ? (kAKMajor ? 8 : 4) : (kAKMajor ? 16 : 8));
   static constexpr int kFloats = Config::WM * kStride;
