@@ -32,13 +32,6 @@ struct MmaSyncConfig {
   static constexpr int kWarpsM = BM / WM, kWarpsN = BN / WN;
   static constexpr int kThreads = kWarpsM * kWarpsN * 32;
   static constexpr int kMmaM = WM / 16, kMmaN = WN / 8;  // m16n8k8 tiles per warp
-  // A row-major B's fragments loaded in pairs of n8 tiles by 8-byte loads
-  // (see the kernel). H100, 2026-12-07, forced, against scalar loads in one
-  // run, TFLOP/s nn: 256x128 with 64x64 warps at 4096^3, 8192^3,
-  // 8192x14336x4096, 8192x4096x14336 168.8 -> 181.1, 164.0 -> 178.3,
-  // 164.1 -> 175.2, 167.0 -> 178.5; 128x128 with 64x32 warps at 2048^3 and
-  // 4096^3 150.0 -> 141.5, 166.9 -> 155.4: paired on 64-column warp tiles only.
-  static constexpr bool kPairRowMajorB = WN >= 64;
   static_assert(BM % WM == 0 && BN % WN == 0, "warp tiles must cover the threadblock tile");
   static_assert(WM % 16 == 0 && WN % 32 == 0 && BK % 8 == 0,
                 "tile sizes must fit m16n8k8 (and whole 32-column groups, see mn_major_offset)");
@@ -51,9 +44,8 @@ struct MmaSyncConfig {
   }
 };
 
-// 256x128x32, 8 warps of 64x64, 3 stages: 144 KB of shared memory (160 KB
-// with a row-major B, for the epilogue's staging; sm_80: 163 KB, sm_90:
-// 227 KB per block), 251-255 registers per thread. 64x64 warp tiles load
+// 256x128x32, 8 warps of 64x64, 3 stages: 144 KB of shared memory (sm_80:
+// 163 KB, sm_90: 227 KB per block), 251-255 registers per thread. 64x64 warp tiles load
 // 128 B of fragments from shared memory per MMA where 64x32 ones load 192.
 // Chosen on the mainloop before the swizzled stages and the staged
 // epilogue: H100, 2026-12-07, forced in one run
@@ -131,19 +123,22 @@ struct SmemTile {
   }
 };
 
+// Whether the kernel runs swapped (C^T = B^T A^T per warp, see the kernel):
+// for row-major A and B, a @ b.
+constexpr bool mma_sync_swaps_ab(bool a_k_major, bool b_k_major) { return a_k_major && !b_k_major; }
+
 // One warp's WM x WN accumulator tile staged in shared memory by the
 // epilogue (over the pipeline's stages, which the mainloop no longer needs),
 // so that it leaves as whole rows of 16-byte stores. The row stride S makes
-// the fragments' stores conflict-free: 8-byte ones (column-major B) write
-// four rows of four lanes per phase, which need S = 8 mod 32 words where
-// they are rows g apart (row-major A) and 4 mod 16 where 2g apart
-// (column-major A, see the kernel); 16-byte ones (a row-major B's paired
-// fragments, kPairRowMajorB) two rows, S = 16 mod 32 or 8 mod 16. WN itself
-// is a multiple of 32 (MmaSyncConfig).
+// the fragments' 8-byte stores conflict-free: a phase writes four rows of
+// four lanes, which need S = 8 mod 32 words where the rows are g apart
+// (row-major A) and 4 mod 16 where 2g or 2t apart (column-major A, and the
+// swapped kernel of row-major A and B; see the kernel). WN itself is a
+// multiple of 32 (MmaSyncConfig).
 template <class Config, bool kAKMajor, bool kBKMajor>
 struct WarpStagingTile {
-  static constexpr bool kQuads = !kBKMajor && Config::kPairRowMajorB;  // 16-byte fragment stores
-  static constexpr int kStride = Config::WN + (!kQuads ? (kAKMajor ? 8 : 4) : (kAKMajor ? 16 : 8));
+  static constexpr bool kSwapAB = mma_sync_swaps_ab(kAKMajor, kBKMajor);
+  static constexpr int kStride = Config::WN + (kAKMajor && !kSwapAB ? 8 : 4);
   static constexpr int kFloats = Config::WM * kStride;
 };
 

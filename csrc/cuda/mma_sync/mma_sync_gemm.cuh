@@ -200,8 +200,8 @@ constexpr bool kRoundFragments = false;
 constexpr bool kRoundFragments = true;
 #endif
 
-// The epilogue of one warp: its WM x WN accumulators (MI x NI m16n8
-// fragments) are staged in shared memory at `staging`, then leave as rows of
+// The epilogue of one warp: its WM x WN accumulators (m16n8 fragments, of
+// C or, swapped, of C^T) are staged in shared memory at `staging`, then leave as rows of
 // bias + activation applied 16-byte stores, two 256-byte rows per warp
 // instruction on 64-column warp tiles. A rolled loop over the staged rows
 // keeps the code short: with a store per accumulator pair, bias and
@@ -215,26 +215,32 @@ __device__ __forceinline__ void store_warp_tile(const Acc& result, float* stagin
                                                 int64_t col0) {
   using Staging = WarpStagingTile<Cfg, kAKMajor, kBKMajor>;
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  if constexpr (Staging::kSwapAB) {
+    // The warp's tile of C^T: tile (i, j) holds C^T rows 16i + 2g + h (mma
+    // row g + 8h, see the P fragments) and columns 8j + 2t, 8j + 2t + 1, so
+    // a lane holds a 2 x 2 block of C: rows 8j + 2t (+1), columns 16i + 2g (+1).
 #pragma unroll
-  for (int i = 0; i < Cfg::kMmaM; ++i)
+    for (int i = 0; i < Cfg::WN / 16; ++i)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      // Column-major A: mma row g + 8h of an m16 tile is tile row 2g + h.
-      float* row = staging + (i * 16 + (kAKMajor ? g + 8 * h : 2 * g + h)) * Staging::kStride;
+      for (int j = 0; j < Cfg::WM / 8; ++j) {
+        float* at = staging + (j * 8 + 2 * t) * Staging::kStride + i * 16 + 2 * g;
+        *reinterpret_cast<float2*>(at) = make_float2(result[i][j][0], result[i][j][2]);
+        *reinterpret_cast<float2*>(at + Staging::kStride) =
+            make_float2(result[i][j][1], result[i][j][3]);
+      }
+  } else {
 #pragma unroll
-      for (int j = 0; j < Cfg::kMmaN; ++j) {
-        if constexpr (kBKMajor || !Cfg::kPairRowMajorB) {
+    for (int i = 0; i < Cfg::kMmaM; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        // Column-major A: mma row g + 8h of an m16 tile is tile row 2g + h.
+        float* row = staging + (i * 16 + (kAKMajor ? g + 8 * h : 2 * g + h)) * Staging::kStride;
+#pragma unroll
+        for (int j = 0; j < Cfg::kMmaN; ++j)
           *reinterpret_cast<float2*>(row + j * 8 + 2 * t) =
               make_float2(result[i][j][2 * h], result[i][j][2 * h + 1]);
-        } else if (j % 2 == 0) {
-          // Row-major B, paired: mma column c of tile j is column 2c of the
-          // pair's 16, of tile j + 1 column 2c + 1, so a lane holds 4t .. 4t + 3.
-          *reinterpret_cast<float4*>(row + j * 8 + 4 * t) =
-              make_float4(result[i][j][2 * h], result[i][j + 1][2 * h], result[i][j][2 * h + 1],
-                          result[i][j + 1][2 * h + 1]);
-        }
       }
-    }
+  }
   __syncwarp();
 
   // Lane l stores columns 4 * (l % kLanesPerRow) + 0..3 of every
@@ -287,7 +293,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, kVec16 ? Cfg::kMinBlocksPerSM :
   constexpr bool kBKMajor = kLayoutB == Layout::kColMajor;
   using TileA = SmemTile<Cfg::BM, Cfg::BK, kAKMajor>;
   using TileB = SmemTile<Cfg::BN, Cfg::BK, kBKMajor>;
-  constexpr int MI = Cfg::kMmaM, NI = Cfg::kMmaN;
+  // The operands in the MMA's roles: P gives its A fragments (m16 tiles), Q
+  // its B fragments (n8 tiles). Row-major A and B (a @ b) run swapped, the
+  // warp computing its tile of C transposed, C^T = B^T A^T: B, MN-major,
+  // then loads as P with 8-byte pairs straight into the MMA's register
+  // quads, and A as Q with ldmatrix, where B as Q took scalar loads (two
+  // per fragment) or, paired, ~165 register moves per k-tile (MmaSyncLarge,
+  // sm_90a) to regroup pairs.
+  constexpr bool kSwapAB = mma_sync_swaps_ab(kAKMajor, kBKMajor);
+  using TileP = typename std::conditional<kSwapAB, TileB, TileA>::type;
+  using TileQ = typename std::conditional<kSwapAB, TileA, TileB>::type;
+  constexpr bool kPKMajor = kSwapAB ? kBKMajor : kAKMajor;
+  constexpr bool kQKMajor = kSwapAB ? kAKMajor : kBKMajor;
+  constexpr int PI = (kSwapAB ? Cfg::WN : Cfg::WM) / 16;  // m16 tiles per warp
+  constexpr int QI = (kSwapAB ? Cfg::WM : Cfg::WN) / 8;   // n8 tiles per warp
+  static_assert(kPKMajor || (kSwapAB ? Cfg::WN : Cfg::WM) % 32 == 0,
+                "MN-major fragments need warp tiles of whole 32-column groups (mn_major_offset)");
 
   extern __shared__ __align__(128) float smem[];  // 128: the swizzle's lines (SmemTile)
   float* const smem_a = smem;
@@ -298,6 +319,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kVec16 ? Cfg::kMinBlocksPerSM :
   const int g = lane / 4, t = lane % 4;  // fragment row group / thread in group
   const int warp_m0 = (warp / Cfg::kWarpsN) * Cfg::WM;
   const int warp_n0 = (warp % Cfg::kWarpsN) * Cfg::WN;
+  const int warp_p0 = kSwapAB ? warp_n0 : warp_m0, warp_q0 = kSwapAB ? warp_m0 : warp_n0;
 
   // Grouped rasterization of blockIdx.x over the output tiles.
   const int64_t tiles_m = ceil_div(p.M, Cfg::BM), tiles_n = ceil_div(p.N, Cfg::BN);
@@ -317,12 +339,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, kVec16 ? Cfg::kMinBlocksPerSM :
       loader_b.load(smem_b + stage * TileB::kFloats, B, p.ldb, p.K, k_tile);
     };
 
-    float acc[MI][NI][4];
-    float total[MI][NI][4];  // the promoted sums (kPromoteKTiles > 0 only)
+    float acc[PI][QI][4];
+    float total[PI][QI][4];  // the promoted sums (kPromoteKTiles > 0 only)
 #pragma unroll
-    for (int i = 0; i < MI; ++i)
+    for (int i = 0; i < PI; ++i)
 #pragma unroll
-      for (int j = 0; j < NI; ++j)
+      for (int j = 0; j < QI; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[i][j][e] = total[i][j][e] = 0.0f;
 
@@ -352,79 +374,57 @@ __global__ void __launch_bounds__(Cfg::kThreads, kVec16 ? Cfg::kMinBlocksPerSM :
     (void)pair_chunk;
     (void)scalar_chunk;
 
-    // The fragments of one k8 step of the stage at sa / sb, as the MMAs read
-    // them (unrounded, except a row-major B's where kRoundBOnLoad).
-    constexpr bool kRoundBOnLoad = kRoundFragments && !kBKMajor && Cfg::kPairRowMajorB;
-    auto load_fragments = [&](const float* sa, const float* sb, int kk, uint32_t (&a)[MI][4],
-                              uint32_t (&b)[NI][2]) {
+    // The fragments of one k8 step of the stages at sa / sb, as the MMAs
+    // read them (unrounded): P's m16 tiles (the MMA's A operand) and Q's n8
+    // tiles (its B operand).
+    auto load_fragments = [&](const float* sa, const float* sb, int kk, uint32_t (&pf)[PI][4],
+                              uint32_t (&qf)[QI][2]) {
+      const float* const sp = kSwapAB ? sb : sa;
+      const float* const sq = kSwapAB ? sa : sb;
 #pragma unroll
-      for (int i = 0; i < MI; ++i) {
-        const int m = warp_m0 + i * 16;
-        if constexpr (kAKMajor) {
+      for (int i = 0; i < PI; ++i) {
+        if constexpr (kPKMajor) {
           // Blocks: rows 0-7 / 8-15 at k 0-3, then the same at k 4-7; row
-          // m + lane % 16 has swizzle lane % 8 (m is a multiple of 16).
-          ptx::ldmatrix_x4(a[i], sa + (m + lane % 16) * TileA::kCols +
+          // r + lane % 16 has swizzle lane % 8 (r is a multiple of 16).
+          ptx::ldmatrix_x4(pf[i], sp + (warp_p0 + i * 16 + lane % 16) * TileP::kCols +
                                      ((kk / 4 + lane / 16) ^ (lane % 8)) * 4);
         } else {
-          // Column-major A: mma row g + 8h of each m16 tile is fed from
-          // tile row 2g + h rather than g + 8h (shared memory holds the
-          // tile as copied; the epilogue stores the accumulators' rows
-          // likewise), so a fragment's two rows are adjacent: one 8-byte
-          // load per k fills half a fragment, a[i][0..1] at k = t and
-          // a[i][2..3] at k = t + 4, 2 load instructions instead of 4.
-          const float* pair = sa + mn_major_offset<TileA>(kk, warp_m0, i * 16, pair_chunk);
+          // MN-major P (a column-major A, or B when swapped): mma row g + 8h
+          // of each m16 tile is fed from tile column 2g + h rather than
+          // g + 8h (the epilogue puts the rows back), so a fragment's two
+          // rows are adjacent: one 8-byte load per k fills half a fragment,
+          // pf[i][0..1] at k = t and pf[i][2..3] at k = t + 4, 2 load
+          // instructions instead of 4, into the register quad the MMA reads.
+          const float* pair = sp + mn_major_offset<TileP>(kk, warp_p0, i * 16, pair_chunk);
           const float2 lo = *reinterpret_cast<const float2*>(pair);
-          const float2 hi = *reinterpret_cast<const float2*>(pair + 4 * TileA::kCols);
-          a[i][0] = __float_as_uint(lo.x);
-          a[i][1] = __float_as_uint(lo.y);
-          a[i][2] = __float_as_uint(hi.x);
-          a[i][3] = __float_as_uint(hi.y);
+          const float2 hi = *reinterpret_cast<const float2*>(pair + 4 * TileP::kCols);
+          pf[i][0] = __float_as_uint(lo.x);
+          pf[i][1] = __float_as_uint(lo.y);
+          pf[i][2] = __float_as_uint(hi.x);
+          pf[i][3] = __float_as_uint(hi.y);
         }
       }
 #pragma unroll
-      for (int j = 0; j < NI; ++j) {
-        const int n = warp_n0 + j * 8;
-        if constexpr (kBKMajor) {
+      for (int j = 0; j < QI; ++j) {
+        if constexpr (kQKMajor) {
           // One ldmatrix.x4 gives the fragments of two n8 tiles:
           // blocks (n 0-7, k 0-3), (n 0-7, k 4-7), (n 8-15, k 0-3), (n 8-15, k 4-7).
           if (j % 2 == 0) {
             uint32_t r[4];
-            ptx::ldmatrix_x4(r, sb + (n + (lane / 16) * 8 + lane % 8) * TileB::kCols +
+            ptx::ldmatrix_x4(r, sq + (warp_q0 + j * 8 + (lane / 16) * 8 + lane % 8) * TileQ::kCols +
                                     ((kk / 4 + (lane / 8) % 2) ^ (lane % 8)) * 4);
-            b[j][0] = r[0];
-            b[j][1] = r[1];
-            b[j + 1][0] = r[2];
-            b[j + 1][1] = r[3];
-          }
-        } else if constexpr (Cfg::kPairRowMajorB) {
-          if (j % 2 == 0) {
-            // Row-major B, paired: the n8 tiles j and j + 1 take the even and
-            // the odd columns of the 16 from n on (column 2g and 2g + 1
-            // where mma column g would be n + g and n + 8 + g), so one
-            // 8-byte load fills the same register of both tiles' fragments:
-            // 2 load instructions per pair of tiles instead of 4 scalar ones
-            // (a fragment's two values lie at k = t and t + 4, which no load
-            // joins). The epilogue puts the columns back. Rounded here
-            // rather than before the MMAs (kRoundBOnLoad), which spares
-            // some of the register moves ptxas adds to regroup the loads'
-            // pairs into the MMAs' (MmaSyncLarge: 165 per k-tile, sm_90a).
-            const float* pair = sb + mn_major_offset<TileB>(kk, warp_n0, j * 8, pair_chunk);
-            const float2 lo = *reinterpret_cast<const float2*>(pair);
-            const float2 hi = *reinterpret_cast<const float2*>(pair + 4 * TileB::kCols);
-            const auto fragment = [](float x) {
-              return kRoundBOnLoad ? ptx::round_fragment_to_tf32(__float_as_uint(x))
-                                   : __float_as_uint(x);
-            };
-            b[j][0] = fragment(lo.x);
-            b[j + 1][0] = fragment(lo.y);
-            b[j][1] = fragment(hi.x);
-            b[j + 1][1] = fragment(hi.y);
+            qf[j][0] = r[0];
+            qf[j][1] = r[1];
+            qf[j + 1][0] = r[2];
+            qf[j + 1][1] = r[3];
           }
         } else {
-          // Row-major B, scalar: mma column g of tile j is column n + g.
-          const float* row = sb + mn_major_offset<TileB>(kk, warp_n0, j * 8, scalar_chunk);
-          b[j][0] = __float_as_uint(row[0]);
-          b[j][1] = __float_as_uint(row[4 * TileB::kCols]);
+          // MN-major Q (a row-major B behind a column-major A): scalar
+          // loads, mma column g of tile j at column warp_q0 + 8j + g; a
+          // fragment's two values lie at k = t and t + 4, which no load joins.
+          const float* row = sq + mn_major_offset<TileQ>(kk, warp_q0, j * 8, scalar_chunk);
+          qf[j][0] = __float_as_uint(row[0]);
+          qf[j][1] = __float_as_uint(row[4 * TileQ::kCols]);
         }
       }
     };
@@ -447,9 +447,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, kVec16 ? Cfg::kMinBlocksPerSM :
     // warp at the top of each k-tile, where the loads could only start
     // after the barrier. The next k-tile is published (wait + barrier)
     // during the last step, CUTLASS's multistage order.
-    uint32_t frag_a[2][MI][4], frag_b[2][NI][2];
+    uint32_t frag_p[2][PI][4], frag_q[2][QI][2];
     publish(0);
-    load_fragments(smem_a, smem_b, 0, frag_a[0], frag_b[0]);
+    load_fragments(smem_a, smem_b, 0, frag_p[0], frag_q[0]);
 
     // One k-tile: multiply stage kt, issue the copies of k-tile kt +
     // kStages - 1, unpredicated where `inside` (std::true_type) says that
@@ -481,39 +481,38 @@ __global__ void __launch_bounds__(Cfg::kThreads, kVec16 ? Cfg::kMinBlocksPerSM :
         }
         const int cur = step % 2;
         if (step + 1 < kSteps) {
-          load_fragments(sa, sb, 8 * (step + 1), frag_a[cur ^ 1], frag_b[cur ^ 1]);
+          load_fragments(sa, sb, 8 * (step + 1), frag_p[cur ^ 1], frag_q[cur ^ 1]);
         } else {
           // After the last k-tile this publishes a slot nothing was copied
           // into and loads fragments nobody uses: harmless, and no branch.
           const int following = stage + 1 == Cfg::kStages ? 0 : stage + 1;
           publish(following);
           load_fragments(smem_a + following * TileA::kFloats, smem_b + following * TileB::kFloats,
-                         0, frag_a[cur ^ 1], frag_b[cur ^ 1]);
+                         0, frag_p[cur ^ 1], frag_q[cur ^ 1]);
         }
-        uint32_t (&a)[MI][4] = frag_a[cur];
-        uint32_t (&b)[NI][2] = frag_b[cur];
+        uint32_t (&fp)[PI][4] = frag_p[cur];
+        uint32_t (&fq)[QI][2] = frag_q[cur];
         if constexpr (kRoundFragments) {
 #pragma unroll
-          for (int i = 0; i < MI; ++i)
+          for (int i = 0; i < PI; ++i)
 #pragma unroll
-            for (int r = 0; r < 4; ++r) a[i][r] = ptx::round_fragment_to_tf32(a[i][r]);
-          if constexpr (!kRoundBOnLoad)
+            for (int r = 0; r < 4; ++r) fp[i][r] = ptx::round_fragment_to_tf32(fp[i][r]);
 #pragma unroll
-            for (int j = 0; j < NI; ++j)
+          for (int j = 0; j < QI; ++j)
 #pragma unroll
-              for (int r = 0; r < 2; ++r) b[j][r] = ptx::round_fragment_to_tf32(b[j][r]);
+            for (int r = 0; r < 2; ++r) fq[j][r] = ptx::round_fragment_to_tf32(fq[j][r]);
         }
 #pragma unroll
-        for (int i = 0; i < MI; ++i)
+        for (int i = 0; i < PI; ++i)
 #pragma unroll
-          for (int j = 0; j < NI; ++j) ptx::mma_m16n8k8_tf32(acc[i][j], a[i], b[j]);
+          for (int j = 0; j < QI; ++j) ptx::mma_m16n8k8_tf32(acc[i][j], fp[i], fq[j]);
       }
       if constexpr (Cfg::kPromoteKTiles > 0) {
         if ((kt + 1) % Cfg::kPromoteKTiles == 0 || kt + 1 == k_tiles) {
 #pragma unroll
-          for (int i = 0; i < MI; ++i)
+          for (int i = 0; i < PI; ++i)
 #pragma unroll
-            for (int j = 0; j < NI; ++j)
+            for (int j = 0; j < QI; ++j)
 #pragma unroll
               for (int e = 0; e < 4; ++e) {
                 total[i][j][e] += acc[i][j][e];
