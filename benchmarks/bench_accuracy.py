@@ -1,4 +1,4 @@
-"""accuracy: the FP32-accurate precisions (tf32x3, ieee) against cuBLAS FP32
+"""accuracy: the FP32-accurate precisions (tf32x3, fp32, ieee) against cuBLAS FP32
 on inputs that are hard for floating-point products, errors only.
 
 Each case is one product of fresh random inputs; errors are against the
@@ -6,7 +6,9 @@ float64 product of the same inputs: norm-wise ‖out − ref‖ / ‖ref‖ and 
 worst element |out − ref| / (|A|·|B|) (componentwise, relative to the
 magnitudes summed). Entries whose reference is NaN or ±Inf are left out of
 both and checked to be NaN / the same Inf instead. cuBLAS FP32 is
-torch.matmul with TF32 off.
+torch.matmul with TF32 off. "fp32" is the precision as dispatched (its
+small products run 3xTF32 or FP32); "fp32 ozaki" forces its Ozaki method
+where the GPU has it.
 
     python -m benchmarks accuracy [--quick] [--markdown OUT.md] [--save [FILE]]
 
@@ -21,7 +23,7 @@ from pygpukit_torch.testing import cublas_tf32
 
 from ._common import add_common_arguments, pick_device, publish, run_header
 
-PRECISIONS = ("tf32x3", "ieee")
+PRECISIONS = ("tf32x3", "fp32", "ieee")
 CUBLAS = "cuBLAS fp32"
 
 
@@ -93,6 +95,11 @@ def run(args) -> int:
         for precision in PRECISIONS:
             results[f"pygpukit {precision}"] = errors(pygpukit_torch.matmul_tf32(a, b, precision=precision), a, b)
             kernels[precision] = pygpukit_torch.kernel_info(a, b, precision=precision)
+        with pygpukit_torch.force_kernel("ozaki"):
+            info = pygpukit_torch.kernel_info(a, b, precision="fp32")
+            if info.startswith("ozaki"):
+                results["pygpukit fp32 ozaki"] = errors(pygpukit_torch.matmul_tf32(a, b, precision="fp32"), a, b)
+                kernels["fp32 ozaki"] = info
         rows.append({"case": name, "M": a.shape[0], "N": b.shape[1], "K": a.shape[1],
                      "norm": {v: r[0] for v, r in results.items()}, "worst": {v: r[1] for v, r in results.items()},
                      "nonfinite_ok": {v: r[2] for v, r in results.items()}, "kernels": kernels})

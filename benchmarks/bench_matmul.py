@@ -9,7 +9,7 @@ timed out of L2.
 TFLOP/s = 2·M·N·K / median time. Accuracy: ‖out − ref‖/‖ref‖ against the
 float64 product of the same inputs.
 
-    python -m benchmarks matmul [--quick | --target] [--tf32x3] [--ieee] [--kernels auto,mma_sync]
+    python -m benchmarks matmul [--quick | --target] [--tf32x3] [--fp32] [--ieee] [--kernels auto,mma_sync]
         [--min-run-time SECONDS] [--markdown OUT.md] [--save [FILE]] [--json FILE]
 
 --target runs only the headline set (report.TARGET_SET). A run that includes
@@ -68,6 +68,9 @@ def add_arguments(parser):
                              "side with the automatic choice, e.g. auto,mma_sync,mma_sync_medium")
     parser.add_argument("--tf32x3", action="store_true",
                         help="also time precision='tf32x3' (3xTF32), reported against cuBLAS FP32")
+    parser.add_argument("--fp32", action="store_true",
+                        help="also time precision='fp32' (FP32-accurate: the Ozaki scheme on Hopper for large "
+                             "products), reported against cuBLAS FP32")
     parser.add_argument("--ieee", action="store_true",
                         help="also time precision='ieee' (the FP32 kernels: FMA kernel, GEMVs), reported "
                              "against cuBLAS FP32")
@@ -79,7 +82,8 @@ def add_arguments(parser):
 def command(args) -> str:
     """The command line that identifies this run's section in a results file."""
     return ("matmul" + (" --quick" if args.quick else " --target" if args.target else "")
-            + (" --tf32x3" if args.tf32x3 else "") + (" --ieee" if args.ieee else "") + f" --kernels {args.kernels}")
+            + (" --tf32x3" if args.tf32x3 else "") + (" --fp32" if args.fp32 else "")
+            + (" --ieee" if args.ieee else "") + f" --kernels {args.kernels}")
 
 
 def run(args) -> int:
@@ -93,7 +97,7 @@ def run(args) -> int:
         "cuBLAS fp32": (torch.matmul, lambda: cublas_tf32(False)),
     }
     # Precisions other than TF32, each reported against cuBLAS FP32.
-    fp32_class = [p for p in ("tf32x3", "ieee") if getattr(args, p)]
+    fp32_class = [p for p in ("tf32x3", "fp32", "ieee") if getattr(args, p)]
     for precision in fp32_class:
         variants[f"pygpukit {precision}"] = (
             lambda a, b, precision=precision: pygpukit_torch.matmul_tf32(a, b, precision=precision),

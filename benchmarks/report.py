@@ -26,7 +26,7 @@ unrounded times when they were measured):
           automatic choice in TF32), optional kernels {precision: kernel},
           tflops {variant: TFLOP/s}, optional rel_err {variant: error}. Variants:
           "pygpukit tf32", "cuBLAS tf32", "cuBLAS fp32", "pygpukit tf32x3",
-          "pygpukit ieee", "pygpukit <forced kernel>".
+          "pygpukit fp32", "pygpukit ieee", "pygpukit <forced kernel>".
   linear  M, in, out, kernel, tflops {variant}, ratio {"fused / torch TF32",
           "fused / torch FP32"}, rel_err {"pygpukit fused", "torch tf32"};
           block_rows: batch, tokens, ms {variant}, speedup {"vs TF32",
@@ -43,7 +43,8 @@ unrounded times when they were measured):
           {"pygpukit mma_sync", "cuBLAS tf32"}, optional cutlass_config.
   accuracy  case, M, N, K, norm {variant: error}, worst {variant: error},
           nonfinite_ok {variant: bool}, kernels {precision: kernel}. Variants:
-          "cuBLAS fp32", "pygpukit tf32x3", "pygpukit ieee".
+          "cuBLAS fp32", "pygpukit tf32x3", "pygpukit fp32", "pygpukit ieee",
+          optional "pygpukit fp32 ozaki" (the Ozaki method forced).
 """
 
 import argparse
@@ -178,7 +179,7 @@ def _shape(row) -> str:
 def render_matmul(section) -> list:
     rows = section["rows"]
     variants = list(rows[0]["tflops"])
-    precisions = [p for p in ("tf32x3", "ieee") if f"pygpukit {p}" in variants]
+    precisions = [p for p in ("tf32x3", "fp32", "ieee") if f"pygpukit {p}" in variants]
     forced = [v for v in variants if v.startswith("pygpukit ") and v[len("pygpukit "):] not in ("tf32", *precisions)]
     with_err = all("rel_err" in r for r in rows)
     with_kernels = {p for p in precisions if all(p in r.get("kernels", {}) for r in rows)}

@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 
 
-PRECISIONS = ("tf32", "tf32x3", "ieee")
+PRECISIONS = ("tf32", "tf32x3", "fp32", "ieee")
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 # The operators, looked up once (torch.ops.pygpukit.<name>.default costs
 # ~0.4 us per call).
@@ -146,8 +146,11 @@ def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
         a, b: float32 tensors on the same device (CPU or CUDA), at least 1-D.
         precision: ``"tf32"`` (inputs rounded to TF32, FP32 accumulation;
             relative error ~3e-4, as cuBLAS TF32), ``"tf32x3"`` (3xTF32:
-            ~4e-7, below cuBLAS FP32's at large K), ``"ieee"`` (plain FP32,
-            no tensor cores), or ``None`` (default): the default precision
+            ~4e-7, below cuBLAS FP32's at large K), ``"fp32"``
+            (FP32-accurate by the fastest method: on Hopper the Ozaki
+            scheme on INT8 tensor cores for large products, else plain
+            FP32; error at most cuBLAS FP32's), ``"ieee"`` (plain FP32, no tensor cores), or
+            ``None`` (default): the default precision
             (innermost ``default_precision`` block, else
             ``PYGPUKIT_PRECISION`` / ``PYGPUKIT_ALLOW_TF32``, else
             ``"tf32"``). On CUDA a few rows of ``a`` with the weight read in
@@ -235,7 +238,7 @@ def _check_precision(op: str, precision: Optional[str]) -> None:
     precision before any operator runs (nn, testing): the same ValueError
     and message."""
     torch._check_value(precision is None or precision in PRECISIONS,
-                       lambda: f"{op}: precision must be 'tf32', 'tf32x3', 'ieee' or None, "
+                       lambda: f"{op}: precision must be {', '.join(map(repr, PRECISIONS))} or None, "
                                f"got '{_printable(precision)}'")
 
 

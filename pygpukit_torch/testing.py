@@ -103,14 +103,14 @@ def error_bound(a: torch.Tensor, b: torch.Tensor, precision: str = "tf32") -> to
     most 2^-11 relative error, so a product at most 2^-10 (+ tiny), and FP32
     accumulation over K adds at most about K·2^-24 per term; the bound
     (2^-10 + (K+16)·2^-22)·(|a| @ |b|) leaves a 4x margin on the latter.
-    ieee: the same without the input rounding term.
+    ieee and fp32: the same without the input rounding term.
     tf32x3: the split leaves at most ~3·2^-22 relative per product (the
     dropped small·small term and the TF32 rounding of the two small parts),
     bounded here by 2^-19, and the FP32 accumulation runs over 3K terms.
     """
     k = a.shape[-1]
     terms = 3 * k if precision == "tf32x3" else k
-    rounding = {"tf32": 2.0 ** -10, "tf32x3": 2.0 ** -19, "ieee": 0.0}[precision]
+    rounding = {"tf32": 2.0 ** -10, "tf32x3": 2.0 ** -19, "fp32": 0.0, "ieee": 0.0}[precision]
     rel = (terms + 16) * 2.0 ** -22 + rounding
     return rel * torch.matmul(a.double().abs(), b.double().abs())
 
@@ -345,7 +345,7 @@ def assert_linear_close(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor
 
 
 #: Default norm tolerances of assert_model_close, by precision.
-MODEL_RTOL = {"tf32": 1e-2, "tf32x3": 1e-5, "ieee": 1e-5}
+MODEL_RTOL = {"tf32": 1e-2, "tf32x3": 1e-5, "fp32": 1e-5, "ieee": 1e-5}
 
 
 def _flatten(x, path="output"):

@@ -229,7 +229,7 @@ def assert_linear_close(out, x, weight, bias, activation: str = "none", precisio
 # TF32 tensor-core kernel in another, so the two agree to TF32's rounding
 # (~1e-3 of each term; |terms| <= ~5 for these randn inputs), not float32's
 # default 1.3e-6. A wrong formula is off by O(1) and still fails.
-OPCHECK_TOLERANCE = {"tf32": (5e-3, 2e-3), "tf32x3": (1e-5, 1e-5), "ieee": (None, None)}
+OPCHECK_TOLERANCE = {"tf32": (5e-3, 2e-3), "tf32x3": (1e-5, 1e-5), "fp32": (1e-5, 1e-5), "ieee": (None, None)}
 
 
 def opcheck(op, args, kwargs=None):

@@ -340,7 +340,7 @@ def test_activation_none_or_of_another_type():
 
 def test_precision_of_another_type():
     a = torch.ones(2, 2)
-    with pytest.raises(TypeError, match="precision must be one of 'tf32', 'tf32x3', 'ieee' or None, got int 3"):
+    with pytest.raises(TypeError, match="precision must be one of 'tf32', 'tf32x3', 'fp32', 'ieee' or None, got int 3"):
         matmul_tf32(a, a, precision=3)
     with pytest.raises(TypeError, match="linear_tf32: precision must be"):
         linear_tf32(a, a, precision=3)

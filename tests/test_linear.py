@@ -158,7 +158,7 @@ def test_activation_of_a_product_beyond_float32(device, precision, activation):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("precision", ["tf32", "tf32x3", "ieee"])
+@pytest.mark.parametrize("precision", ["tf32", "tf32x3", "fp32", "ieee"])
 @pytest.mark.parametrize("activation", ["none", "relu"])
 def test_bias_does_not_bring_back_a_product_beyond_float32(device, precision, activation):
     # 2^127 * 4 is +inf in float32 (exact in TF32 too, so every precision

@@ -847,7 +847,7 @@ def test_tf32linear_checks_activation_and_precision_when_set():
     with pytest.raises(ValueError, match="unknown activation 'tanh'"):
         layer.activation = "tanh"
     with pytest.raises(ValueError, match="precision must be"):
-        layer.precision = "fp32"
+        layer.precision = "fp64"
     layer.activation, layer.precision = None, "ieee"
     assert layer.activation == "none" and layer.precision == "ieee"
 

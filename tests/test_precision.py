@@ -421,7 +421,7 @@ def test_precision_environment_variable():
     assert float(results[1][1]) == 2 ** -11 + 2 ** -12
     assert float(results[2][1]) == 2 ** -11 + 2 ** -12
     code, _, err = results[3]
-    assert code != 0 and "PYGPUKIT_PRECISION must be 'tf32', 'tf32x3' or 'ieee', got 'fp16'" in err
+    assert code != 0 and "PYGPUKIT_PRECISION must be one of 'tf32', 'tf32x3', 'fp32', 'ieee', got 'fp16'" in err
     if sys.platform == "linux":
         _, _, err = results[4]
         assert "ValueError" in err and "got 'tf\\xff32'" in err, err
@@ -430,7 +430,7 @@ def test_precision_environment_variable():
 @pytest.mark.parametrize("device", DEVICES + ["meta"])
 def test_unknown_precision_names_the_choices(device):
     a = torch.randn(4, 4, device=device)
-    with pytest.raises(ValueError, match="'tf32', 'tf32x3', 'ieee' or None, got 'fp64'"):
+    with pytest.raises(ValueError, match="'tf32', 'tf32x3', 'fp32', 'ieee' or None, got 'fp64'"):
         matmul_tf32(a, a, precision="fp64")
 
 

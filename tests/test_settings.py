@@ -96,7 +96,7 @@ def test_bad_precision_environment_variable_raises_on_every_device(device):
     lines = run_python(code, PYGPUKIT_PRECISION="fp16")
     assert len(lines) == 4 and lines[3] == "explicit ok", lines
     for line in lines[:3]:
-        assert "PYGPUKIT_PRECISION must be 'tf32', 'tf32x3' or 'ieee', got 'fp16'" in line, lines
+        assert "PYGPUKIT_PRECISION must be one of 'tf32', 'tf32x3', 'fp32', 'ieee', got 'fp16'" in line, lines
     lines = run_python(code, PYGPUKIT_PRECISION="x" * 5000)
     assert "got '" + "x" * 64 + "...'" in lines[0] and len(lines[0]) < 400, lines
 

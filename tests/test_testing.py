@@ -18,7 +18,7 @@ def truncate_tf32(t: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("precision", ["tf32", "tf32x3", "ieee"])
+@pytest.mark.parametrize("precision", ["tf32", "tf32x3", "fp32", "ieee"])
 def test_passes_the_ops_results(device, precision):
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(128, 256, generator=g).to(device), torch.randn(256, 64, generator=g).to(device)

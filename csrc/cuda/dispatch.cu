@@ -26,6 +26,7 @@
 #include "cuda/common/splitk_reduce.h"
 #include "cuda/hopper/tensor_map.h"
 #include "cuda/hopper/wgmma_config.h"
+#include "cuda/ozaki/ozaki_gemm.h"
 
 namespace pygpukit {
 namespace {
@@ -1043,9 +1044,26 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
   return name + ")";
 }
 
+// Precision "fp32" (FP32-accurate) runs the Ozaki scheme where it runs and
+// its fixed costs (six launches, the passes over A, B and C's residues) are
+// paid back, or where it is forced ("ozaki"); otherwise plain FP32 ("ieee").
+// 3xTF32 is not a fallback: it loses to FP32 on wide exponent ranges,
+// dominant entries and subnormals (docs/precision.md).
+constexpr double kOzakiMinMacs = 8589934592.0;  // 2048^3
+constexpr int64_t kOzakiMinSide = 1024;
+bool runs_ozaki(const GemmProblem& p) {
+  const DeviceInfo& d = device_info(current_device());
+  if (p.forced != ForcedKernel::kAuto && p.forced != ForcedKernel::kOzaki) return false;
+  return ozaki_runs(p, d.cc_major, d.cc_minor) &&
+         (p.forced == ForcedKernel::kOzaki ||
+          (macs(p, true) >= kOzakiMinMacs && std::min(p.M, p.N) >= kOzakiMinSide));
+}
+
 }  // namespace
 
 size_t gemm_workspace_bytes(const GemmProblem& p, Precision precision) {
+  if (precision == Precision::kFP32)
+    return runs_ozaki(p) ? ozaki_workspace_bytes(p) : gemm_workspace_bytes(p, Precision::kIEEE);
   if (precision == Precision::kTF32x3) {
     // Without TF32 (the FMA kernel): FP32, at least as accurate.
     if (tf32x3_on_fma(p)) return chosen_workspace_bytes(p, Precision::kIEEE);
@@ -1059,6 +1077,9 @@ size_t gemm_workspace_bytes(const GemmProblem& p, Precision precision) {
 
 cudaError_t run_gemm(const GemmProblem& p, Precision precision, void* workspace,
                      size_t workspace_bytes, cudaStream_t stream) {
+  if (precision == Precision::kFP32)
+    return runs_ozaki(p) ? run_ozaki_gemm(p, workspace, workspace_bytes, stream)
+                         : run_gemm(p, Precision::kIEEE, workspace, workspace_bytes, stream);
   if (precision == Precision::kTF32x3) {
     if (tf32x3_on_fma(p)) return run_chosen(p, Precision::kIEEE, workspace, workspace_bytes, stream);
     if (tf32x3_unstaged(p))
@@ -1078,6 +1099,8 @@ cudaError_t run_gemm(const GemmProblem& p, Precision precision, void* workspace,
 }
 
 std::string describe_gemm(const GemmProblem& p, Precision precision) {
+  if (precision == Precision::kFP32)
+    return runs_ozaki(p) ? describe_ozaki(p) : "FP32-accurate by FP32: " + describe_gemm(p, Precision::kIEEE);
   if (precision == Precision::kTF32x3) {
     if (tf32x3_on_fma(p))
       return describe_chosen(p, Precision::kIEEE) + " (3xTF32 without TF32 tensor cores: plain FP32)";

@@ -27,16 +27,23 @@ enum class Activation : int { kNone = 0, kRelu, kGelu, kGeluTanh, kSilu };
 //            (every 128 of K on the large tiles; every 32 on the skinny
 //            kernel and the decode weight-split tiles): on the H200 3.6e-7 at 4096^3,
 //            below cuBLAS FP32's 1.15e-6 (one unpromoted chain gave 9.6e-6).
-enum class Precision : int { kTF32 = 0, kIEEE = 1, kTF32x3 = 2 };
+//   kFP32:   FP32-accurate, by the fastest method that is: on Hopper the
+//            Ozaki scheme II on INT8 tensor cores (cuda/ozaki/ozaki_scheme.h)
+//            for large products, elsewhere plain FP32 (dispatch.cu,
+//            runs_ozaki); the CPU accumulates in float64.
+enum class Precision : int { kTF32 = 0, kIEEE = 1, kTF32x3 = 2, kFP32 = 3 };
+
+// The precisions' names, for error messages.
+inline constexpr const char* kPrecisionNames = "'tf32', 'tf32x3', 'fp32', 'ieee'";
 
 // The kernel family the dispatcher is made to use (pygpukit_torch.force_kernel,
 // PYGPUKIT_KERNEL), in the order of kForceableKernels' names.
 enum class ForcedKernel : int {
   kAuto = 0, kWgmma, kWgmmaSwapAB, kMmaSync, kMmaSyncLarge, kMmaSyncMedium, kMmaSyncSmall,
-  kSkinny, kGemv, kFma
+  kSkinny, kGemv, kFma, kOzaki
 };
 inline constexpr const char* kForceableKernels[] = {
     "auto", "wgmma", "wgmma_swap_ab", "mma_sync", "mma_sync_large", "mma_sync_medium",
-    "mma_sync_small", "skinny", "gemv", "fma"};
+    "mma_sync_small", "skinny", "gemv", "fma", "ozaki"};
 
 }  // namespace pygpukit

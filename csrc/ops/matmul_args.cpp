@@ -113,7 +113,7 @@ MatmulShapes check_matmul_args(const at::Tensor& a, const at::Tensor& b) {
 Precision parse_precision(std::optional<c10::string_view> precision, const char* op) {
   if (!precision.has_value()) return default_precision(op);
   const auto p = precision_named(std::string_view(precision->data(), precision->size()));
-  TORCH_CHECK_VALUE(p.has_value(), op, ": precision must be 'tf32', 'tf32x3', 'ieee' or None, got '",
+  TORCH_CHECK_VALUE(p.has_value(), op, ": precision must be ", kPrecisionNames, " or None, got '",
                     printable(std::string_view(precision->data(), precision->size())), "'");
   return *p;
 }

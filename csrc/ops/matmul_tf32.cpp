@@ -25,6 +25,8 @@ std::string matmul_kernel_info_cpu(const at::Tensor& a, const at::Tensor& b,
       return "cpu (TF32 inputs rounded to nearest even, float64 accumulation)";
     case Precision::kTF32x3:
       return "cpu (3xTF32: big/small TF32 split of each input, float64 accumulation)";
+    case Precision::kFP32:
+      return "cpu (FP32-accurate: float32 inputs, float64 accumulation)";
     default:
       return "cpu (float32 inputs, float64 accumulation)";
   }
@@ -54,7 +56,7 @@ std::string matmul_kernel_info_meta(const at::Tensor& a, const at::Tensor& b,
 
 TORCH_LIBRARY(pygpukit, m) {
   // a @ b with torch.matmul's shape rules for float32 tensors; the result is
-  // a new contiguous float32 tensor. precision: "tf32" (default), "tf32x3", "ieee",
+  // a new contiguous float32 tensor. precision: "tf32" (default), "tf32x3", "fp32", "ieee",
   // or None for the PYGPUKIT_PRECISION / PYGPUKIT_ALLOW_TF32 environment
   // variables.
   m.def("matmul_tf32(Tensor a, Tensor b, *, str? precision=None) -> Tensor");

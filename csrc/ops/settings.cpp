@@ -102,7 +102,7 @@ void set_precision(std::optional<c10::string_view> precision) {
   const std::string_view name(precision->data(), precision->size());
   const auto p = precision_named(name);
   TORCH_CHECK_VALUE(p.has_value(), "default_precision: unknown precision '", printable(name),
-                    "'; expected 'tf32', 'tf32x3' or 'ieee'");
+                    "'; expected one of ", kPrecisionNames);
   precision_override.store(int(*p), std::memory_order_release);
 }
 
@@ -126,8 +126,8 @@ Precision default_precision(const char* op) {
   if (env) {
     const auto p = precision_named(*env);
     TORCH_CHECK_VALUE(p.has_value(), op,
-                      ": the environment variable PYGPUKIT_PRECISION must be 'tf32', 'tf32x3' "
-                      "or 'ieee', got '", printable(*env), "'");
+                      ": the environment variable PYGPUKIT_PRECISION must be one of ", kPrecisionNames,
+                      ", got '", printable(*env), "'");
     return *p;
   }
   return disallows_tf32(allow, op) ? Precision::kIEEE : Precision::kTF32;
@@ -150,6 +150,7 @@ std::optional<Precision> precision_named(std::string_view name) {
   if (name == "tf32") return Precision::kTF32;
   if (name == "tf32x3") return Precision::kTF32x3;
   if (name == "ieee") return Precision::kIEEE;
+  if (name == "fp32") return Precision::kFP32;
   return std::nullopt;
 }
 

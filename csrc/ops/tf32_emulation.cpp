@@ -38,7 +38,7 @@ at::Tensor emulated_matmul(const at::Tensor& a_in, const at::Tensor& b_in, Preci
   const at::Tensor a = without_broadcast(a_in), b = without_broadcast(b_in);
   auto as_a = [&](const at::Tensor& t) { return t.expand(a_in.sizes()); };
   auto as_b = [&](const at::Tensor& t) { return t.expand(b_in.sizes()); };
-  if (precision == Precision::kIEEE)
+  if (precision == Precision::kIEEE || precision == Precision::kFP32)
     return at::matmul(as_a(a.to(at::kDouble)), as_b(b.to(at::kDouble)));
   if (precision == Precision::kTF32)
     return at::matmul(as_a(round_to_tf32(a).to(at::kDouble)), as_b(round_to_tf32(b).to(at::kDouble)));

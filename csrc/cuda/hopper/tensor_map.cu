@@ -40,22 +40,14 @@ bool rows_aligned(const float* ptr, int64_t rows, int64_t ld, int64_t batch, int
          (batch == 1 || batch_stride % floats == 0);
 }
 
-bool encode_matrix(CUtensorMap* map, CUtensorMapDataType type, const float* ptr, int64_t rows,
-                   int64_t cols, int64_t ld, int64_t batch, int64_t batch_stride, int box_rows) {
+bool encode_tensor_map(CUtensorMap* map, CUtensorMapDataType type, int rank, const void* ptr,
+                       const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box) {
   const EncodeTiled encode = encode_tiled();
   if (encode == nullptr) return false;
-  // Strides TMA never follows (one row, one batch entry) still have to be
-  // valid multiples of 16 bytes.
-  const int64_t row_bytes = rows > 1 ? ld * 4 : round_up(cols * 4, 16);
-  const bool batched = batch > 1 && batch_stride != 0;
-  const cuuint64_t dims[3] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(batched ? batch : 1)};
-  const cuuint64_t strides[2] = {cuuint64_t(row_bytes),
-                                 cuuint64_t(batched ? batch_stride * 4 : row_bytes * rows)};
-  const cuuint32_t box[3] = {32, cuuint32_t(box_rows), 1};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
   auto encode_once = [&] {
-    return encode(map, type, 3, const_cast<float*>(ptr), dims, strides, box, element_strides,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+    return encode(map, type, cuuint32_t(rank), const_cast<void*>(ptr), dims, strides, box,
+                  element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   };
   if (encode_once() == CUDA_SUCCESS) return true;
@@ -74,6 +66,19 @@ bool encode_matrix(CUtensorMap* map, CUtensorMapDataType type, const float* ptr,
     return false;
   }
   return encode_once() == CUDA_SUCCESS;
+}
+
+bool encode_matrix(CUtensorMap* map, CUtensorMapDataType type, const float* ptr, int64_t rows,
+                   int64_t cols, int64_t ld, int64_t batch, int64_t batch_stride, int box_rows) {
+  // Strides TMA never follows (one row, one batch entry) still have to be
+  // valid multiples of 16 bytes.
+  const int64_t row_bytes = rows > 1 ? ld * 4 : round_up(cols * 4, 16);
+  const bool batched = batch > 1 && batch_stride != 0;
+  const cuuint64_t dims[3] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(batched ? batch : 1)};
+  const cuuint64_t strides[2] = {cuuint64_t(row_bytes),
+                                 cuuint64_t(batched ? batch_stride * 4 : row_bytes * rows)};
+  const cuuint32_t box[3] = {32, cuuint32_t(box_rows), 1};
+  return encode_tensor_map(map, type, 3, ptr, dims, strides, box);
 }
 
 }  // namespace pygpukit

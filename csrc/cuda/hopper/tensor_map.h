@@ -22,6 +22,13 @@ inline bool tma_compatible(const float* ptr, int64_t rows, int64_t ld, int64_t b
   return rows_aligned(ptr, rows, ld, batch, batch_stride, 16);
 }
 
+// A tensor of `rank` dimensions (dims innermost first, the byte strides of
+// all but the innermost, a box of `box` elements) as a tensor map with the
+// 128-byte swizzle. Returns false if the driver lacks cuTensorMapEncodeTiled
+// or rejects the map.
+bool encode_tensor_map(CUtensorMap* map, CUtensorMapDataType type, int rank, const void* ptr,
+                       const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box);
+
 // A row-major matrix X[batch][rows][cols] (element (r, c) at
 // r * ld + c, batch entries batch_stride apart; batch_stride 0 broadcasts)
 // as a 3-D tensor map with box [1][box_rows][32] and the 128-byte swizzle.

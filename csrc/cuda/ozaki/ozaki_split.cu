@@ -1,0 +1,130 @@
+// The first two steps of the FP32-accurate product: each row's statistics
+// (row_stats_kernel), then its scaled integers' residues (split_kernel).
+#include "cuda/ozaki/ozaki_kernels.h"
+
+#include "cuda/common/int_math.h"
+#include "cuda/common/ptx.cuh"
+#include "cuda/launch_util.h"
+
+namespace pygpukit::ozaki {
+namespace {
+
+constexpr int kStatsRows = 32, kStatsLanes = 8;  // a block: 32 rows, 8 threads along K per row
+
+// Block of 256 threads: rows r0..r0+31 of batch entry blockIdx.z, thread
+// (r, q) summing k = q, q + 8, ... in double (a float's square cannot
+// overflow or underflow a double). Consecutive threads take consecutive
+// rows, which is coalesced where rows are adjacent (B's columns of a
+// row-major B); where K is (A's rows), the eight threads of a row read
+// eight adjacent values, one 32-byte sector, from L1.
+__global__ void __launch_bounds__(kStatsRows * kStatsLanes) row_stats_kernel(
+    const Rows rows, int32_t* exponents, unsigned long long* rho) {
+  ptx::programmatic_launch_start();
+  __shared__ double sum1[kStatsLanes][kStatsRows], sum2[kStatsLanes][kStatsRows];
+  __shared__ int nonfinite[kStatsLanes][kStatsRows];
+  const int r = threadIdx.x % kStatsRows, q = threadIdx.x / kStatsRows;
+  const int64_t row = int64_t(blockIdx.x) * kStatsRows + r, b = blockIdx.z;
+  double s1 = 0.0, s2 = 0.0;
+  bool bad = false;
+  if (row < rows.rows)
+    for (int64_t k = q; k < rows.K; k += kStatsLanes) {
+      const float x = rows.at(b, row, k);
+      if (!isfinite(x)) {
+        bad = true;
+        continue;
+      }
+      const double d = x;
+      s1 += fabs(d);
+      s2 = fma(d, d, s2);
+    }
+  sum1[q][r] = s1;
+  sum2[q][r] = s2;
+  nonfinite[q][r] = bad;
+  __syncthreads();
+  if (q != 0 || row >= rows.rows) return;
+  for (int i = 1; i < kStatsLanes; ++i) {
+    s1 += sum1[i][r];
+    s2 += sum2[i][r];
+    bad |= nonfinite[i][r] != 0;
+  }
+  exponents[b * rows.rows + row] = bad ? kNonFiniteRow : norm_exponent(s2);
+  if (!bad && s1 > 0.0) {
+    const double ratio = s2 / (s1 * s1);  // positive doubles order as their bits
+    atomicMax(rho, static_cast<unsigned long long>(__double_as_longlong(ratio)));
+  }
+}
+
+constexpr int kSplitRows = 32, kSplitK = 128, kSplitThreads = 256;
+constexpr int kSplitChunk = 16;  // values per thread and plane: one 16-byte store
+
+// Block: rows r0..r0+31 by k0..k0+127 of batch entry blockIdx.z, staged in
+// shared memory (read along whichever of rows and K is contiguous), then
+// thread (r, c) scales k0 + 16c .. + 15 of row r and stores their residues,
+// 16 bytes per plane.
+__global__ void __launch_bounds__(kSplitThreads) split_kernel(
+    const Rows rows, const int32_t* exponents, const unsigned long long* rho, int n_max, int8_t* residues, int64_t ld, int* count) {
+  ptx::programmatic_launch_start();
+  __shared__ float tile[kSplitRows][kSplitK + 1];
+  const int64_t r0 = int64_t(blockIdx.y) * kSplitRows, k0 = int64_t(blockIdx.x) * kSplitK;
+  const int64_t b = blockIdx.z;
+  const bool k_contiguous = rows.stride_k == 1;
+  for (int i = threadIdx.x; i < kSplitRows * kSplitK; i += kSplitThreads) {
+    const int r = k_contiguous ? i / kSplitK : i % kSplitRows;
+    const int k = k_contiguous ? i % kSplitK : i / kSplitRows;
+    const bool inside = r0 + r < rows.rows && k0 + k < rows.K;
+    tile[r][k] = inside ? rows.at(b, r0 + r, k0 + k) : 0.0f;
+  }
+  const Moduli& moduli = device_tables.moduli;
+  const int n = min(moduli_needed(moduli, __longlong_as_double(static_cast<long long>(*rho)), rows.K),
+                    n_max);
+  if (count != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0)
+    *count = n;
+  __syncthreads();
+  const int r = threadIdx.x / (kSplitK / kSplitChunk), c = threadIdx.x % (kSplitK / kSplitChunk);
+  const int64_t row = r0 + r, k = k0 + c * kSplitChunk;
+  if (row >= rows.rows || k >= ld) return;
+  const int e = exponents[b * rows.rows + row];
+  // 2^mu, mu = h - e: the row's norm scaled below 2^h (ozaki_scheme.h).
+  const bool finite = e != kNonFiniteRow && e != kZeroRow;
+  const double scale = finite ? pow2(moduli.h[n] - e) : 0.0;
+  double x[kSplitChunk];
+#pragma unroll
+  for (int i = 0; i < kSplitChunk; ++i) {
+    const float v = tile[r][c * kSplitChunk + i];
+    x[i] = isfinite(v) ? trunc(double(v) * scale) : 0.0;
+  }
+  int8_t* out = residues + (b * rows.rows + row) * ld + k;
+  const int64_t plane = rows.batch * rows.rows * ld;
+  for (int l = 0; l < n; ++l) {
+    uint32_t word[kSplitChunk / 4];
+#pragma unroll
+    for (int w = 0; w < kSplitChunk / 4; ++w) {
+      word[w] = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        word[w] |= uint32_t(uint8_t(residue(x[4 * w + j], moduli.p[l], moduli.p_inv[l]))) << (8 * j);
+    }
+    *reinterpret_cast<uint4*>(out + l * plane) = make_uint4(word[0], word[1], word[2], word[3]);
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_row_stats(const Rows& rows, int32_t* exponents, unsigned long long* rho,
+                             cudaStream_t stream) {
+  const dim3 grid(unsigned(ceil_div(rows.rows, kStatsRows)), 1, unsigned(rows.batch));
+  return launch_kernel<row_stats_kernel>(grid, dim3(kStatsRows * kStatsLanes), KernelNeeds{}, stream,
+                                         rows, exponents, rho);
+}
+
+static_assert(kMaxRows == int64_t{65535} * kSplitRows, "kMaxRows is the split's grid limit");
+
+cudaError_t launch_split(const Rows& rows, const int32_t* exponents, const unsigned long long* rho,
+                         int n_max, int8_t* residues, int64_t ld, int* count, cudaStream_t stream) {
+  const dim3 grid(unsigned(ceil_div(ld, kSplitK)), unsigned(ceil_div(rows.rows, kSplitRows)),
+                  unsigned(rows.batch));
+  return launch_kernel<split_kernel>(grid, dim3(kSplitThreads), KernelNeeds{}, stream, rows, exponents,
+                                     rho, n_max, residues, ld, count);
+}
+
+}  // namespace pygpukit::ozaki
