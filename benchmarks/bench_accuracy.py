@@ -47,6 +47,9 @@ def cases(device, quick):
     a = randn(rows, k)
     a[:, 7] = 2.0 ** 40
     out.append(("one element 2^40 in every row of A", a, randn(k, rows)))
+    a, b = randn(rows, k), randn(k, rows)
+    a[:, 7], b[9, :] = 2.0 ** 20, 2.0 ** 20
+    out.append(("one element 2^20 in every row of A and column of B, at different k", a, b))
     x, y = randn(rows, k // 2), randn(k // 2, rows)
     out.append(("cancellation (B's halves nearly opposite)", torch.cat([x, x], 1),
                 torch.cat([y, -y + 1e-3 * randn(k // 2, rows)], 0)))

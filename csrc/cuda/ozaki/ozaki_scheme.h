@@ -103,11 +103,15 @@ __constant__ Tables device_tables = make_tables();
 // (|A| |B|)_ij; the constant was set on an exact CPU emulation of the
 // scheme over 16 kinds of input (docs/design.md): it never chose fewer
 // moduli than the fewest whose errors, norm-wise and worst-element, were
-// FP32's or below, and at most one more.
+// FP32's or below, and at most one more. Below K = 64 the sums are too
+// short for that average to hold (Gaussian inputs at K = 2..7 needed 9
+// moduli for the worst element), so at least kShortKModuli are taken.
+inline constexpr int64_t kShortK = 64;
+inline constexpr int kShortKModuli = 9;
 PYGPUKIT_OZAKI_HD int moduli_needed(const Moduli& m, double rho, int64_t K) {
   const double kd = double(K);
   const double need = ldexp(rho * kd * kd, 50) * 1.4142135623730951;  // 2^50.5
-  for (int n = 1; n <= kMaxModuli; ++n)
+  for (int n = K <= kShortK ? kShortKModuli : 1; n <= kMaxModuli; ++n)
     if (m.capacity[n] >= need) return n;
   return kMaxModuli + 1;
 }
