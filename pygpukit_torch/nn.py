@@ -56,8 +56,8 @@ class TF32Linear(nn.Linear):
         activation: ``"none"`` (default; ``None`` means the same),
             ``"relu"``, ``"gelu"``, ``"gelu_tanh"`` or ``"silu"``, applied
             after the bias in the kernel's epilogue.
-        precision: ``"tf32"``, ``"tf32x3"``, ``"ieee"`` or ``None``, as for
-            :func:`pygpukit_torch.matmul_tf32`.
+        precision: ``"tf32"``, ``"tf32x3"``, ``"fp32"``, ``"ieee"`` or
+            ``None``, as for :func:`pygpukit_torch.matmul_tf32`.
 
     Shapes: input ``[..., in_features]`` float32, output ``[..., out_features]``.
 

@@ -27,7 +27,7 @@ def default_precision(precision: Optional[str]) -> Iterator[None]:
     (docs/precision.md).
 
     Args:
-        precision: ``"tf32"``, ``"tf32x3"`` or ``"ieee"`` (see
+        precision: ``"tf32"``, ``"tf32x3"``, ``"fp32"`` or ``"ieee"`` (see
             :func:`pygpukit_torch.matmul_tf32`); ``None`` keeps the default
             in force (the block changes nothing), so
             ``with default_precision(args.precision):`` works when no

@@ -309,7 +309,7 @@ def enable(precision: Optional[str] = None, *, devices: Sequence[str] = ("cuda",
     a ``torch.func`` transform stay on torch. What is routed and what it costs: docs/linear_layers.md.
 
     Args:
-        precision: ``"tf32"``, ``"tf32x3"`` or ``"ieee"`` for the routed
+        precision: ``"tf32"``, ``"tf32x3"``, ``"fp32"`` or ``"ieee"`` for the routed
             products, as a :func:`pygpukit_torch.default_precision` block
             (process-wide) around them; ``None`` keeps the default in force.
         devices: the device types whose products are routed (a string, a

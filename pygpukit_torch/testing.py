@@ -263,8 +263,8 @@ def assert_matmul_close(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, 
     Args:
         out: the product to check (float32, ``torch.matmul(a, b)``'s shape).
         a, b: the float32 operands (any device; broadcasting as in torch.matmul).
-        precision: ``"tf32"``, ``"tf32x3"`` or ``"ieee"``: the precision out
-            was computed at.
+        precision: ``"tf32"``, ``"tf32x3"``, ``"fp32"`` or ``"ieee"``: the
+            precision out was computed at.
 
     Raises:
         AssertionError: `out` is not close, naming the mismatched elements,
@@ -371,7 +371,7 @@ def assert_model_close(model: nn.Module, reference: nn.Module, *inputs, precisio
     ‖out − ref‖/‖ref‖, computed in float64. A model's error depends on its
     depth and conditioning, not only on its products' error model, so the
     tolerance is a norm bound: `rtol`, or by default ``MODEL_RTOL[precision]``
-    (1e-2 for ``"tf32"``, 1e-5 for ``"tf32x3"`` and ``"ieee"``). For single
+    (1e-2 for ``"tf32"``, 1e-5 for the others). For single
     products use :func:`assert_matmul_close`, whose bounds are exact.
 
     Args:

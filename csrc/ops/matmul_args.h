@@ -34,7 +34,7 @@ c10::SymDimVector matmul_result_shape(const at::Tensor& a, const at::Tensor& b);
 // matmul_result_shape's checks, and the shapes of real tensors.
 MatmulShapes check_matmul_args(const at::Tensor& a, const at::Tensor& b);
 
-// "tf32", "tf32x3" or "ieee"; None takes the default (settings.h).
+// "tf32", "tf32x3", "fp32" or "ieee"; None takes the default (settings.h).
 // Throws ValueError for any other name, naming the operator `op` (every
 // pygpukit operator takes this argument).
 Precision parse_precision(std::optional<c10::string_view> precision, const char* op);

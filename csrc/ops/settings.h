@@ -16,7 +16,7 @@
 namespace pygpukit {
 
 // The default precision: the override, else PYGPUKIT_PRECISION ("tf32",
-// "tf32x3" or "ieee"; empty counts as unset), else "ieee" where
+// "tf32x3", "fp32" or "ieee"; empty counts as unset), else "ieee" where
 // PYGPUKIT_ALLOW_TF32 is 0 / false / no / off (any case, surrounding
 // whitespace ignored), else "tf32". Throws ValueError naming `op` for a
 // PYGPUKIT_PRECISION that is none of those names, and RuntimeError where
@@ -33,7 +33,7 @@ ForcedKernel forced_kernel(const char* op);
 // the variable raises at forced_kernel, which every GPU call reads.
 bool stream_k_allowed();
 
-// The precision of that name ("tf32", "tf32x3", "ieee"), or nullopt.
+// The precision of that name ("tf32", "tf32x3", "fp32", "ieee"), or nullopt.
 std::optional<Precision> precision_named(std::string_view name);
 
 }  // namespace pygpukit
