@@ -7,8 +7,8 @@ worst element |out − ref| / (|A|·|B|) (componentwise, relative to the
 magnitudes summed). Entries whose reference is NaN or ±Inf are left out of
 both and checked to be NaN / the same Inf instead. cuBLAS FP32 is
 torch.matmul with TF32 off. "fp32" is the precision as dispatched (its
-small products run 3xTF32 or FP32); "fp32 ozaki" forces its Ozaki method
-where the GPU has it.
+small products run plain FP32); "fp32 ozaki" forces its Ozaki method where
+the GPU has it.
 
     python -m benchmarks accuracy [--quick] [--markdown OUT.md] [--save [FILE]]
 

@@ -54,7 +54,7 @@ def default_precision(precision: Optional[str]) -> Iterator[None]:
     _check_precision_is_str("default_precision", precision)  # as the operators' precision argument
     if precision not in PRECISIONS:
         raise ValueError(f"default_precision: unknown precision '{_printable(precision)}'; expected one of "
-                         f"{', '.join(PRECISIONS)}")
+                         f"{', '.join(map(repr, PRECISIONS))}")
     advice = (f"pass precision={precision!r} to the operators there, or enter the block around the call of the "
               f"compiled function")
     with setting_block("precision", precision, caller="default_precision", advice=advice):

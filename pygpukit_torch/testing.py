@@ -254,7 +254,7 @@ def assert_matmul_close(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, 
     comes from the product's error model, not from fixed atol/rtol: each
     element within (input rounding + (K + 16)·2^-22)·(|a| @ |b|) of it
     (input rounding 2^-10 for ``"tf32"``, 2^-19 for ``"tf32x3"``, 0 for
-    ``"ieee"``; K tripled under ``"tf32x3"``), and the whole within a norm
+    ``"ieee"`` and ``"fp32"``; K tripled under ``"tf32x3"``), and the whole within a norm
     bound that grows with √K: for ``"tf32"`` 1.25 times the error of
     rounding the inputs to TF32 to nearest, so a kernel that truncates them
     fails (docs/testing.md). Use it where

@@ -64,6 +64,19 @@ for kernel in ("wgmma", "wgmma_swap_ab", "mma_sync_large", "mma_sync_medium", "m
             # has a slope above 1.13.
             scale = float((F.linear(x.double().abs(), w.double().abs(), b.double().abs())).norm())
             assert err <= 2e-3 * scale, (kernel, act, m, n, k, err, scale)
+# Precision "fp32" forced onto the Ozaki kernels (Hopper; elsewhere it runs
+# as "ieee"): statistics, residues, INT8 GEMMs and reconstruction on the same
+# edge-heavy shapes, both layouts of each operand.
+force("ozaki")
+for m, n, k in cases:
+    for ta in (False, True):
+        for tb in (False, True):
+            a = torch.randn(k, m, device="cuda").t() if ta else torch.randn(m, k, device="cuda")
+            b = torch.randn(n, k, device="cuda").t() if tb else torch.randn(k, n, device="cuda")
+            out = pygpukit_torch.matmul_tf32(a, b, precision="fp32")
+            ref = a.double() @ b.double()
+            err = float((out.double() - ref).norm() / ref.norm())
+            assert err < 1e-6, ("ozaki", m, n, k, ta, tb, err)
 # One row of x: the GEMV, for every K-slice count (N = per_sm x SMs + 1 takes
 # 8, 4, 2 and 1 slices, dispatch.cu's gemv_kmajor_choice) with K tails, a 1-D x
 # (any K) and weight rows 16-byte aligned (a view of padded rows), the fused
