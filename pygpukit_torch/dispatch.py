@@ -42,7 +42,7 @@ def force_kernel(kernel: Optional[str]) -> Iterator[None]:
             ``"gemv"`` (FP32 GEMVs: 1 row, or up to 16 on either weight
             layout and 64 on a row-major one), ``"fma"`` (FP32 CUDA cores),
             ``"ozaki"`` (precision ``"fp32"`` only: the Ozaki scheme on
-            Hopper's INT8 tensor cores at any size),
+            Hopper's INT8 tensor cores at any size it can run),
             ``"auto"`` (the dispatcher's choice); ``None`` changes nothing,
             so ``with force_kernel(args.kernel):`` works when none was given.
 
