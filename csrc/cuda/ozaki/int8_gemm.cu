@@ -26,6 +26,7 @@ struct Int8GemmConfig {
   // k-tiles of one INT32 accumulation (kChunkK of K).
   static constexpr int kChunkTiles = int(kChunkK / BK);
   static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0, "stages stay 1024-byte aligned");
+  static_assert(kChunkTiles * BK == kChunkK, "a chunk is whole k-tiles");
   static_assert(kSmemBytes <= 227 * 1024, "the stages do not fit");
 };
 
