@@ -30,22 +30,15 @@ struct Int8GemmConfig {
   static_assert(kSmemBytes <= 227 * 1024, "the stages do not fit");
 };
 
-struct Int8GemmParams {
-  int64_t M, N, K;
-  int batch, batch_a, batch_b, n_max;
-  int8_t* c;
-  int64_t ldc;
-  const int* count;
-};
-
 using Cfg = Int8GemmConfig;
 
 // Block (blockIdx.x, blockIdx.y): the BM x BN tile of C at (y BM, x BN) for
 // modulus l and batch entry b, blockIdx.z = l * batch + b. Blocks of a
-// modulus past *count exit at once.
+// modulus past *count exit at once. The residue planes come through the
+// tensor maps (p.a and p.b are not read here).
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     int8_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                     const Int8GemmParams p) {
+                     const Int8Gemm p) {
 #if PYGPUKIT_SM90A_DEVICE
   extern __shared__ uint8_t smem_raw[];
   uint8_t* const smem =
@@ -171,13 +164,12 @@ cudaError_t launch_int8_gemm(const Int8Gemm& g, cudaStream_t stream) {
   if (!encode_planes(&map_a, g.a, g.M, g.K, g.ld, int64_t(g.n_max) * g.batch_a, Cfg::BM) ||
       !encode_planes(&map_b, g.b, g.N, g.K, g.ld, int64_t(g.n_max) * g.batch_b, Cfg::BN))
     return step_result(cudaErrorInvalidValue, "encoding the INT8 GEMM's tensor maps");
-  const Int8GemmParams p{g.M, g.N, g.K, g.batch, g.batch_a, g.batch_b, g.n_max, g.c, g.ldc, g.count};
   const dim3 grid(unsigned(ceil_div(g.N, Cfg::BN)), unsigned(ceil_div(g.M, Cfg::BM)),
                   unsigned(g.n_max * g.batch));
   KernelNeeds needs;
   needs.smem_bytes = Cfg::kSmemBytes;
   needs.threads = Cfg::kThreads;
-  return launch_kernel<int8_gemm_kernel>(grid, dim3(Cfg::kThreads), needs, stream, map_a, map_b, p);
+  return launch_kernel<int8_gemm_kernel>(grid, dim3(Cfg::kThreads), needs, stream, map_a, map_b, g);
 }
 
 }  // namespace pygpukit::ozaki
