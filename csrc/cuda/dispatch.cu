@@ -1066,15 +1066,15 @@ bool runs_ozaki(const GemmProblem& p) {
 // A forced "ozaki" that does not run (another precision, or a problem the
 // scheme cannot take) leaves the choice to the dispatcher, as a forced
 // kernel that cannot run does.
-GemmProblem unforced_ozaki(const GemmProblem& p) {
+GemmProblem unforced(const GemmProblem& p) {
   GemmProblem q = p;
-  if (q.forced == ForcedKernel::kOzaki) q.forced = ForcedKernel::kAuto;
+  q.forced = ForcedKernel::kAuto;
   return q;
 }
 
-size_t gemm_workspace_bytes(const GemmProblem& p_in, Precision precision) {
-  if (precision == Precision::kFP32 && runs_ozaki(p_in)) return ozaki_workspace_bytes(p_in);
-  const GemmProblem p = unforced_ozaki(p_in);
+size_t gemm_workspace_bytes(const GemmProblem& p, Precision precision) {
+  if (precision == Precision::kFP32 && runs_ozaki(p)) return ozaki_workspace_bytes(p);
+  if (p.forced == ForcedKernel::kOzaki) return gemm_workspace_bytes(unforced(p), precision);
   if (precision == Precision::kFP32) return gemm_workspace_bytes(p, Precision::kIEEE);
   if (precision == Precision::kTF32x3) {
     // Without TF32 (the FMA kernel): FP32, at least as accurate.
@@ -1087,11 +1087,12 @@ size_t gemm_workspace_bytes(const GemmProblem& p_in, Precision precision) {
   return chosen_workspace_bytes(p, precision);
 }
 
-cudaError_t run_gemm(const GemmProblem& p_in, Precision precision, void* workspace,
+cudaError_t run_gemm(const GemmProblem& p, Precision precision, void* workspace,
                      size_t workspace_bytes, cudaStream_t stream) {
-  if (precision == Precision::kFP32 && runs_ozaki(p_in))
-    return run_ozaki_gemm(p_in, workspace, workspace_bytes, stream);
-  const GemmProblem p = unforced_ozaki(p_in);
+  if (precision == Precision::kFP32 && runs_ozaki(p))
+    return run_ozaki_gemm(p, workspace, workspace_bytes, stream);
+  if (p.forced == ForcedKernel::kOzaki)
+    return run_gemm(unforced(p), precision, workspace, workspace_bytes, stream);
   if (precision == Precision::kFP32) return run_gemm(p, Precision::kIEEE, workspace, workspace_bytes, stream);
   if (precision == Precision::kTF32x3) {
     if (tf32x3_on_fma(p)) return run_chosen(p, Precision::kIEEE, workspace, workspace_bytes, stream);
@@ -1111,9 +1112,9 @@ cudaError_t run_gemm(const GemmProblem& p_in, Precision precision, void* workspa
   return run_chosen(p, precision, workspace, workspace_bytes, stream);
 }
 
-std::string describe_gemm(const GemmProblem& p_in, Precision precision) {
-  if (precision == Precision::kFP32 && runs_ozaki(p_in)) return describe_ozaki(p_in);
-  const GemmProblem p = unforced_ozaki(p_in);
+std::string describe_gemm(const GemmProblem& p, Precision precision) {
+  if (precision == Precision::kFP32 && runs_ozaki(p)) return describe_ozaki(p);
+  if (p.forced == ForcedKernel::kOzaki) return describe_gemm(unforced(p), precision);
   if (precision == Precision::kFP32) return "FP32-accurate by FP32: " + describe_gemm(p, Precision::kIEEE);
   if (precision == Precision::kTF32x3) {
     if (tf32x3_on_fma(p))
