@@ -6,7 +6,8 @@ float32 tensors with torch.matmul's shape rules on our own TF32 GEMM kernels
 arithmetic on the CPU. :func:`linear_tf32` is ``act(F.linear(x, weight,
 bias))`` with bias and activation fused into the kernel's epilogue;
 :class:`TF32Linear` and :func:`swap_linear_` put it into models,
-:func:`enable` routes every float32 product of a block to the ops, and
+:func:`enable` routes every float32 product of a block to the ops
+(:func:`enable_globally`, of the process), and
 :mod:`pygpukit_torch.testing` compares results with torch. Start at README.md;
 reference pages in docs/ (precision.md, linear_layers.md, limits.md, ...).
 
@@ -23,6 +24,7 @@ from .dispatch import force_kernel
 from .nn import SwapReport, TF32Linear, swap_linear_, swapped_linear, unswap_linear_
 from .ops import kernel_info, linear_tf32, matmul_tf32
 from .precision import default_precision
+from .process_wide import disable_globally, enable_globally, enabled_globally
 from .scope import ScopeStats, enable
 
 if torch.distributed.is_available():
@@ -39,6 +41,7 @@ except AttributeError:  # an extension built from older sources than this Python
                       "rebuild it (python -m pip install --no-build-isolation -e . or python setup.py build_ext "
                       "--inplace)") from None
 
-__all__ = ["matmul_tf32", "linear_tf32", "kernel_info", "force_kernel", "default_precision", "enable", "ScopeStats", "TF32Linear", "swap_linear_",
+__all__ = ["matmul_tf32", "linear_tf32", "kernel_info", "force_kernel", "default_precision", "enable", "enable_globally",
+           "disable_globally", "enabled_globally", "ScopeStats", "TF32Linear", "swap_linear_",
            "unswap_linear_", "swapped_linear", "SwapReport", "built_with_cuda"]
 __version__ = "0.1.0"

@@ -121,10 +121,11 @@ def _einsum_plan(equation: str, a: torch.Tensor, b: torch.Tensor):
 
 @dataclass
 class ScopeStats:
-    """What an :func:`enable` block routed.
+    """What an :func:`enable` block or :func:`enable_globally` routed.
 
-    Counted where the Python call is made: in eager code, per call; in
-    torch.compile'd code, once per compilation (the traced calls).
+    An ``enable`` block counts where the Python call is made: in eager code,
+    per call; in torch.compile'd code, once per compilation (the traced
+    calls). ``enable_globally`` counts each call of the aten operators.
 
     Attributes:
         taken: products that ran on pygpukit's ops.

@@ -180,6 +180,16 @@ class DispatchCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def routing_operands(device):
+    """Operands for one product of each kind the routing tests send: batched
+    a [3, 40, 64] and b [3, 64, 24], an addmm input m [40, 24], a linear
+    weight w [24, 64] and its bias [24]."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(3, 40, 64, generator=g).to(device), torch.randn(3, 64, 24, generator=g).to(device)
+    m, bias = torch.randn(40, 24, generator=g).to(device), torch.randn(24, generator=g).to(device)
+    return a, b, m, torch.randn(24, 64, generator=g).to(device), bias
+
+
 def poison_next_output(shape, device) -> None:
     """Fill with NaN the block the caching allocator hands out next for a
     float32 tensor of `shape`, so that unwritten output elements show up."""

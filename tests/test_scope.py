@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import pygpukit_torch
 from pygpukit_torch.testing import LlamaBlock, assert_matmul_close, rel_error
-from conftest import DEVICES, DispatchCounter
+from conftest import DEVICES, DispatchCounter, routing_operands
 
 
 
@@ -33,10 +33,7 @@ def graph_targets(gm) -> list:
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_routes_each_kind_of_product(device):
-    g = torch.Generator().manual_seed(0)
-    a, b = torch.randn(3, 40, 64, generator=g).to(device), torch.randn(3, 64, 24, generator=g).to(device)
-    m, bias = torch.randn(40, 24, generator=g).to(device), torch.randn(24, generator=g).to(device)
-    w = torch.randn(24, 64, generator=g).to(device)
+    a, b, m, w, bias = routing_operands(device)
     calls = {
         "matmul": (lambda: torch.matmul(a, b), lambda: a.double() @ b.double()),
         "@": (lambda: a @ b, lambda: a.double() @ b.double()),
