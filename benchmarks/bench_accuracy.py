@@ -19,7 +19,7 @@ standing in for cuBLAS FP32 and the ops' CPU emulation for ours.
 import torch
 
 import pygpukit_torch
-from pygpukit_torch.testing import cublas_tf32
+from pygpukit_torch.testing import cublas_tf32, matmul_errors
 
 from ._common import add_common_arguments, pick_device, publish, run_header
 
@@ -62,21 +62,6 @@ def cases(device, quick):
     return out
 
 
-def errors(out, a, b):
-    """(norm-wise error, worst componentwise error, non-finite entries right)."""
-    ref = a.double() @ b.double()
-    finite = torch.isfinite(ref)
-    nonfinite_ok = bool(torch.equal(torch.isnan(out), torch.isnan(ref))
-                        and torch.equal(out.double()[~finite & ~torch.isnan(ref)], ref[~finite & ~torch.isnan(ref)]))
-    a64, b64 = a.double().nan_to_num(0.0, 0.0, 0.0), b.double().nan_to_num(0.0, 0.0, 0.0)
-    diff = torch.where(finite, out.double() - ref, torch.zeros_like(ref))
-    ref_f = torch.where(finite, ref, torch.zeros_like(ref))
-    scale = a64.abs() @ b64.abs()
-    norm = float(diff.norm() / ref_f.norm()) if ref_f.norm() > 0 else float(diff.norm())
-    worst = float((diff.abs() / scale.clamp_min(1e-300)).max())
-    return norm, worst, nonfinite_ok
-
-
 def add_arguments(parser):
     parser.add_argument("--quick", action="store_true", help="smaller sizes (the CPU run)")
     add_common_arguments(parser)
@@ -93,15 +78,16 @@ def run(args) -> int:
     rows = []
     for name, a, b in cases(device, args.quick):
         with cublas_tf32(False):
-            results = {CUBLAS: errors(torch.matmul(a, b), a, b)}
+            results = {CUBLAS: matmul_errors(torch.matmul(a, b), a, b)}
         kernels = {}
         for precision in PRECISIONS:
-            results[f"pygpukit {precision}"] = errors(pygpukit_torch.matmul_tf32(a, b, precision=precision), a, b)
+            out = pygpukit_torch.matmul_tf32(a, b, precision=precision)
+            results[f"pygpukit {precision}"] = matmul_errors(out, a, b)
             kernels[precision] = pygpukit_torch.kernel_info(a, b, precision=precision)
         with pygpukit_torch.force_kernel("ozaki"):
             info = pygpukit_torch.kernel_info(a, b, precision="fp32")
             if info.startswith("ozaki"):
-                results["pygpukit fp32 ozaki"] = errors(pygpukit_torch.matmul_tf32(a, b, precision="fp32"), a, b)
+                results["pygpukit fp32 ozaki"] = matmul_errors(pygpukit_torch.matmul_tf32(a, b, precision="fp32"), a, b)
                 kernels["fp32 ozaki"] = info
         rows.append({"case": name, "M": a.shape[0], "N": b.shape[1], "K": a.shape[1],
                      "norm": {v: r[0] for v, r in results.items()}, "worst": {v: r[1] for v, r in results.items()},

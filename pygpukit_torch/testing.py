@@ -1,13 +1,14 @@
 """Helpers for comparing pygpukit's ops with torch in tests and benchmarks:
 assert_matmul_close, assert_linear_close and assert_model_close for pytest
-(tolerances from the products' error model), rel_error, cublas_tf32.
+(tolerances from the products' error model), rel_error, matmul_errors,
+cublas_tf32.
 The bounds are explained in docs/testing.md."""
 
 from __future__ import annotations
 
 import contextlib
 import math
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
@@ -93,7 +94,7 @@ ACTIVATION_LIPSCHITZ = {"none": 1.0, "relu": 1.0, "gelu": 1.13, "gelu_tanh": 1.1
 
 def matmul_reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Exact-enough reference: the float64 product of the same inputs."""
-    return torch.matmul(a.double(), b.double())
+    return torch.matmul(a.detach().double(), b.detach().double())
 
 
 def error_bound(a: torch.Tensor, b: torch.Tensor, precision: str = "tf32") -> torch.Tensor:
@@ -175,6 +176,53 @@ def norm_error_bound(k: int, precision: str, scale: float, rounded_diff: float =
     if precision == "tf32x3":
         return tf32x3_norm_bound(k) * scale
     return accumulation
+
+
+class MatmulErrors(NamedTuple):
+    """The errors of a product against its float64 reference (:func:`matmul_errors`)."""
+
+    norm: float  # ‖out − ref‖ / ‖ref‖ over the entries where ref is finite
+    worst: float  # max |out − ref| / (|a| @ |b|) there: the worst element, relative to its own scale
+    nonfinite_match: bool  # out is NaN where ref is, and the same infinity where ref is infinite
+
+
+def matmul_errors(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> MatmulErrors:
+    """Measure how far ``out`` is from the float64 product ``a @ b``, norm-wise and element by element.
+
+    For comparing methods (``torch.matmul`` in FP32 against a pygpukit
+    precision, say) on the same inputs; :func:`assert_matmul_close` asserts a
+    bound instead.
+
+    Args:
+        out: the computed product, ``torch.matmul(a, b)``'s shape.
+        a: the left operand as given to the product.
+        b: the right operand.
+
+    Returns:
+        A :class:`MatmulErrors` (norm, worst, nonfinite_match). An entry
+        that is finite in the reference but not in ``out`` makes norm and
+        worst NaN or inf, so ``<=`` comparisons fail.
+
+    Example:
+        >>> ours = matmul_errors(pygpukit_torch.matmul_tf32(a, b, precision="fp32"), a, b)
+        >>> theirs = matmul_errors(torch.matmul(a, b), a, b)
+        >>> ours.norm <= theirs.norm and ours.worst <= theirs.worst
+        True
+    """
+    ref = matmul_reference(a, b)
+    finite = torch.isfinite(ref)
+    out64 = out.detach().double()
+    infinite = ~finite & ~torch.isnan(ref)
+    nonfinite_match = bool(torch.equal(torch.isnan(out64), torch.isnan(ref)) and
+                           torch.equal(out64[infinite], ref[infinite]))
+    diff = torch.where(finite, out64 - ref, torch.zeros_like(ref))
+    ref_finite = torch.where(finite, ref, torch.zeros_like(ref))
+    scale = torch.matmul(a.detach().double().nan_to_num(0.0, 0.0, 0.0).abs(),
+                         b.detach().double().nan_to_num(0.0, 0.0, 0.0).abs())
+    ref_norm = float(ref_finite.norm())
+    norm = float(diff.norm()) / ref_norm if ref_norm > 0 else float(diff.norm())
+    worst = float((diff.abs() / scale.clamp_min(1e-300)).max()) if diff.numel() else 0.0
+    return MatmulErrors(norm, worst, nonfinite_match)
 
 
 def norm_diff(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -9,6 +9,7 @@ import torch
 import pygpukit_torch
 from conftest import HAS_CUDA, assert_linear_close, assert_matmul_close, poisoned_matmul, requires_cuda
 from pygpukit_torch import force_kernel, kernel_info, linear_tf32, matmul_tf32
+from pygpukit_torch.testing import matmul_errors
 
 
 def ozaki_here() -> bool:
@@ -29,16 +30,6 @@ def cublas_fp32(a, b):
         return torch.matmul(a, b)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = allowed
-
-
-def errors(out, a, b):
-    """(‖out − ref‖/‖ref‖, max |out − ref| / (|a| @ |b|)) against the float64 product."""
-    ref = a.double() @ b.double()
-    scale = a.double().abs() @ b.double().abs()
-    d = (out.double() - ref).abs()
-    norm = float(d.norm() / ref.norm()) if float(ref.norm()) > 0 else float(d.norm())
-    worst = float((d / scale.clamp_min(1e-300)).max())
-    return norm, worst
 
 
 def _gen(seed):
@@ -80,8 +71,8 @@ def test_ozaki_error_at_most_cublas_fp32(name):
     with force_kernel("ozaki"):
         assert kernel_info(a, b, precision="fp32").startswith("ozaki")
         out = poisoned_matmul(a, b, precision="fp32")
-    ours, theirs = errors(out, a, b), errors(cublas_fp32(a, b), a, b)
-    assert ours[0] <= theirs[0] and ours[1] <= theirs[1], (name, ours, theirs)
+    ours, theirs = matmul_errors(out, a, b), matmul_errors(cublas_fp32(a, b), a, b)
+    assert ours.norm <= theirs.norm and ours.worst <= theirs.worst, (name, ours, theirs)
 
 
 @requires_ozaki
@@ -91,8 +82,8 @@ def test_ozaki_long_k_reduces_between_chunks():
     a, b = randn(16, 1 << 20), randn(1 << 20, 24)
     with force_kernel("ozaki"):
         out = poisoned_matmul(a, b, precision="fp32")
-    ours, theirs = errors(out, a, b), errors(cublas_fp32(a, b), a, b)
-    assert ours[0] <= theirs[0] and ours[1] <= theirs[1], (ours, theirs)
+    ours, theirs = matmul_errors(out, a, b), matmul_errors(cublas_fp32(a, b), a, b)
+    assert ours.norm <= theirs.norm and ours.worst <= theirs.worst, (ours, theirs)
 
 
 @requires_ozaki
@@ -137,8 +128,8 @@ def test_ozaki_shapes_and_layouts(shape, layout):
     with force_kernel("ozaki"):
         out = poisoned_matmul(a, b, precision="fp32")
     assert_matmul_close(out, a, b, "fp32")
-    ours, theirs = errors(out, a, b), errors(cublas_fp32(a, b), a, b)
-    assert ours[0] <= max(theirs[0], 2.0 ** -24), (ours, theirs)
+    ours, theirs = matmul_errors(out, a, b), matmul_errors(cublas_fp32(a, b), a, b)
+    assert ours.norm <= max(theirs.norm, 2.0 ** -24), (ours, theirs)
 
 
 @requires_ozaki
@@ -183,8 +174,8 @@ def test_ozaki_is_deterministic_and_graph_safe():
     b_in.copy_(randn(640, 384))
     graph.replay()
     torch.cuda.synchronize()
-    ours, theirs = errors(out, a_in, b_in), errors(cublas_fp32(a_in, b_in), a_in, b_in)
-    assert ours[0] <= theirs[0] and ours[1] <= theirs[1], (ours, theirs)
+    ours, theirs = matmul_errors(out, a_in, b_in), matmul_errors(cublas_fp32(a_in, b_in), a_in, b_in)
+    assert ours.norm <= theirs.norm and ours.worst <= theirs.worst, (ours, theirs)
 
 
 @requires_ozaki

@@ -2,13 +2,14 @@
 results and fail on the errors they exist to catch."""
 
 import copy
+import math
 
 import pytest
 import torch
 
 import pygpukit_torch
-from pygpukit_torch.testing import (assert_linear_close, assert_matmul_close, assert_model_close, matmul_reference,
-                                    round_tf32)
+from pygpukit_torch.testing import (assert_linear_close, assert_matmul_close, assert_model_close, matmul_errors,
+                                    matmul_reference, round_tf32)
 from conftest import DEVICES
 
 
@@ -47,6 +48,26 @@ def test_fails_on_truncated_inputs():
     with pytest.raises(AssertionError, match="(?s)norm error exceeds the bound.*allowed"):
         assert_matmul_close(truncated, a, b)
     assert_matmul_close(matmul_reference(round_tf32(a), round_tf32(b)).float(), a, b)
+
+
+def test_matmul_errors_measures_norm_worst_element_and_non_finite_entries():
+    a, b = torch.randn(64, 128, dtype=torch.float64), torch.randn(128, 32, dtype=torch.float64)
+    exact = a @ b
+    assert matmul_errors(exact, a, b) == (0.0, 0.0, True)
+    out = exact.clone()
+    out[3, 4] += 1e-3 * float(exact.norm())  # one wrong element: 1e-3 of the norm
+    errors = matmul_errors(out, a, b)
+    scale = float(a[3].abs() @ b[:, 4].abs())
+    assert errors.norm == pytest.approx(1e-3) and errors.worst == pytest.approx(1e-3 * float(exact.norm()) / scale)
+    a[0, 0], b[1, 0] = float("inf"), float("nan")  # row 0 infinite, column 0 NaN
+    ref = a @ b
+    assert matmul_errors(ref, a, b).nonfinite_match and math.isfinite(matmul_errors(ref, a, b).norm)
+    flipped = ref.clone()
+    flipped[0, 1] = -flipped[0, 1]
+    assert not matmul_errors(flipped, a, b).nonfinite_match
+    ref[5, 5] = float("nan")  # NaN where the reference is finite: norm and worst NaN, comparisons fail
+    errors = matmul_errors(ref, a, b)
+    assert not errors.nonfinite_match and not errors.norm <= 1.0 and not errors.worst <= 1.0
 
 
 def test_fails_on_one_wrong_element_and_names_it():
