@@ -284,19 +284,26 @@ class _RouteMatmuls(TorchFunctionMode):
         return why or linear_tf32(input, weight, bias, precision=_innermost_precision())
 
 
-def _device_types(devices) -> Tuple[str, ...]:
+def _device_types(devices, caller: str = "pygpukit_torch.enable") -> Tuple[str, ...]:
     """`devices` (a device or device type, or a sequence of them) as device
     types; ValueError for anything else, so that a typo does not route
-    nothing silently."""
+    nothing silently (an integer would name a CUDA device, bytes a sequence
+    of integers)."""
     if isinstance(devices, (str, torch.device)):
         devices = (devices,)
+    why = None
     try:
-        types = tuple(torch.device(d).type for d in devices)
+        if isinstance(devices, (bytes, bytearray)) or not all(isinstance(d, (str, torch.device)) for d in devices):
+            why = "each must be a string or a torch.device"
+        else:
+            types = tuple(torch.device(d).type for d in devices)
     except (TypeError, RuntimeError) as error:
-        raise ValueError(f"pygpukit_torch.enable: devices must be device types such as 'cuda' or 'cpu' (or "
-                         f"torch.device objects), got {devices!r}: {error}") from None
+        why = str(error)
+    if why is not None:
+        raise ValueError(f"{caller}: devices must be device types such as 'cuda' or 'cpu' (or torch.device "
+                         f"objects), got {devices!r}: {why}") from None
     if not types:
-        raise ValueError("pygpukit_torch.enable: devices is empty: nothing would be routed")
+        raise ValueError(f"{caller}: devices is empty: nothing would be routed")
     return types
 
 

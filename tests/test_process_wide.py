@@ -2,6 +2,7 @@
 float32 products to the ops through torch's own aten operators."""
 
 import copy
+import math
 import threading
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import pygpukit_torch
+from pygpukit_torch import process_wide
 from pygpukit_torch.testing import LlamaBlock, rel_error
 from conftest import DEVICES, requires_cuda, routing_operands
 
@@ -156,7 +158,7 @@ def test_the_scope_takes_products_first_and_compiled_graphs_follow_their_backend
 
 
 def test_bad_arguments_raise():
-    for bad in ("meta", ("cuda", "xpu"), (), "cpus", 3):
+    for bad in ("meta", ("cuda", "xpu"), (), "cpus", 3, b"cpu", [0]):
         with pytest.raises(ValueError, match="devices"):
             pygpukit_torch.enable_globally(devices=bad)
     with pytest.raises(ValueError, match="unknown precision 'tf16'"):
@@ -164,6 +166,90 @@ def test_bad_arguments_raise():
     with pytest.raises(TypeError):
         pygpukit_torch.enable_globally(32)
     assert not pygpukit_torch.enabled_globally()
+    if not pygpukit_torch.built_with_cuda:
+        with pytest.raises(ValueError, match="no CUDA kernels"):
+            pygpukit_torch.enable_globally()
+
+
+def test_a_failed_enable_leaves_the_switch_as_it_was(monkeypatch):
+    """Another library holding one of the operators for a key: RuntimeError,
+    and the switch keeps its settings (a stand-in key whose registration
+    fails, so nothing is registered for it)."""
+    a = torch.randn(4, 4)
+    stats = pygpukit_torch.enable_globally(devices="cpu")
+    monkeypatch.setitem(process_wide._DISPATCH_KEYS, "meta", "Meta")
+    real_impl = torch.library.Library.impl
+
+    def impl(self, name, fn, key="", **kwargs):
+        if key == "Meta":
+            raise RuntimeError("already overridden")
+        return real_impl(self, name, fn, key, **kwargs)
+
+    monkeypatch.setattr(torch.library.Library, "impl", impl)
+    with pytest.raises(RuntimeError, match="cannot override aten::mm for the Meta key, so the switch is left"):
+        pygpukit_torch.enable_globally(devices=("cpu", "meta"))
+    a @ a
+    assert pygpukit_torch.enabled_globally() and stats.taken == 1
+
+
+def test_in_place_products_and_torch_scalar_rules():
+    a, b, c = torch.randn(6, 16), torch.randn(16, 5), torch.randn(6, 5)
+    batch_a, batch_b, batch_c = torch.randn(2, 6, 16), torch.randn(2, 16, 5), torch.randn(2, 6, 5)
+    product, batched = pygpukit_torch.matmul_tf32(a, b), pygpukit_torch.matmul_tf32(batch_a, batch_b)
+    stats = pygpukit_torch.enable_globally(devices="cpu")
+    out = c.clone()
+    assert out.addmm_(a, b, beta=0.5, alpha=2) is out and torch.allclose(out, 0.5 * c + 2 * product)
+    out = batch_c.clone()
+    assert out.baddbmm_(batch_a, batch_b) is out and torch.allclose(out, batch_c + batched)
+    out = torch.full((6, 5), float("nan"))
+    assert torch.equal(out.addmm_(a, b, beta=0), product)  # beta = 0: the NaN is ignored
+    assert torch.equal(torch.addmm(c, a, b, beta=True, alpha=True), c + product)  # bools count as 1 and 0
+    assert stats.taken == 4 and not stats.passed
+    # What torch keeps, with its own results: K = 0 (the input's signed
+    # zeros), alpha = 0 (neither operand read), alpha or beta not finite or
+    # not real, an in-place input the product would broadcast into.
+    negative_zero = torch.full((2,), -0.0)
+    assert torch.equal(1 / torch.addmm(negative_zero, torch.zeros(2, 0), torch.zeros(0, 2)),
+                       torch.full((2, 2), -math.inf))
+    infinite = torch.full((6, 16), math.inf)
+    assert torch.equal(torch.addmm(c, infinite, b, alpha=0), c)
+    assert torch.isnan(torch.addmm(c, a, b, alpha=math.inf)).any()
+    with pytest.raises(RuntimeError):
+        torch.addmm(c, a, b, alpha=1j)
+    with pytest.raises(RuntimeError, match=r"Bad in-place call: input tensor size \[5\] and output tensor size "
+                                           r"\[6, 5\] should match"):
+        torch.zeros(5).addmm_(a, b)
+    assert stats.taken == 4 and sum(stats.passed.values()) == 5, stats.passed
+
+
+def test_turning_it_off_and_on_while_other_threads_multiply():
+    """Toggled 200 times while four threads multiply: no errors, and each
+    product is either torch's or the ops' result, bitwise."""
+    a, b = torch.randn(16, 32), torch.randn(32, 8)
+    theirs, ours = torch.matmul(a, b), pygpukit_torch.matmul_tf32(a, b)
+    stop, problems = threading.Event(), []
+
+    def multiply():
+        while not stop.is_set():
+            try:
+                out = a @ b
+                if not (torch.equal(out, theirs) or torch.equal(out, ours)):
+                    problems.append("a result that is neither torch's nor the ops'")
+            except Exception as error:  # noqa: BLE001 (any failure is the finding)
+                problems.append(repr(error))
+
+    workers = [threading.Thread(target=multiply) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    try:
+        for i in range(200):
+            pygpukit_torch.enable_globally("ieee" if i % 2 else None, devices="cpu")
+            pygpukit_torch.disable_globally()
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join()
+    assert not problems, problems[:3]
 
 
 @requires_cuda
