@@ -156,8 +156,8 @@ def skip_unless_config_fits(info: str, expected: str, kernel: str) -> None:
     """Skips a test of a forced mma_sync tile configuration (`kernel`) whose
     call fell back (kernel_info `info` does not start with `expected`)
     because the GPU has less shared memory per block than Hopper's 227 KB:
-    the 256x128 and 128x128 tiles need ~160 and ~144 KB, more than sm_86 /
-    sm_89 offer. On a GPU with Hopper's shared memory a fallback fails the
+    the 256x128 and 4-stage 128x128 tiles need 144 and 128 KB, more than
+    sm_86 / sm_89 offer. On a GPU with Hopper's shared memory a fallback fails the
     test's own assertion instead."""
     if info.startswith(expected):
         return

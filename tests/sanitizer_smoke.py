@@ -34,7 +34,9 @@ wide_n = 2 * 32 * torch.cuda.get_device_properties(0).multi_processor_count + 31
 # of a row-major B, which (257, 129, 65) lacks).
 cases = [(1, 1, 1), (67, 45, 131), (130, 260, 37), (257, 129, 65), (3, 300, 1000), (7, 37, 1004), (16, wide_n, 65),
          (300, 260, 3000)]
-for kernel in ("wgmma", "wgmma_swap_ab", "mma_sync_large", "mma_sync_medium", "mma_sync_small", "skinny", "gemv", "fma"):
+# Every forceable name but "auto", "mma_sync" (one of its tiles, each forced
+# here by name) and "ozaki" (precision "fp32" only, below).
+for kernel in [k for k in pygpukit_torch.dispatch.KERNELS if k not in ("auto", "mma_sync", "ozaki")]:
     force(kernel)
     for m, n, k in cases:
         for ta in (False, True):

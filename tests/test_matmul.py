@@ -51,7 +51,8 @@ def test_large_shapes_cuda(m, n, k, kernel):
 @pytest.mark.parametrize("config,tile,copy_bytes", [
     ("mma_sync_large", "256x128x32", 16), ("mma_sync_medium", "128x128x32", 16),
     ("mma_sync_small", "64x64x32", 16), ("mma_sync_medium", "128x128x32", 4),
-    ("mma_sync_small", "64x64x32", 4)])
+    ("mma_sync_small", "64x64x32", 4), ("mma_sync_compact", "128x128x32 warp 64x32 stages 3", 16),
+    ("mma_sync_compact", "128x128x32 warp 64x32 stages 3", 4)])
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
 def test_mma_sync_interior_and_edge_tiles(config, tile, copy_bytes, layout):
     """Output tiles partly inside M and N and partly on their edges, with a K

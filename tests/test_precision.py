@@ -91,6 +91,22 @@ def test_tf32x3_at_most_cublas_fp32_error(kernel, m, n, k):
     assert ours <= fp32, (ours, fp32)
 
 
+@requires_cuda
+def test_tf32x3_on_the_compact_mma_sync_tiles_promotes():
+    """The 3-stage mma.sync tiles that GPUs with 99 KB of shared memory per
+    block run (forced here): 3xTF32 keeps its promotion, and cuBLAS FP32's
+    accuracy."""
+    a, b = torch.randn(2048, 4096, device="cuda"), torch.randn(4096, 1024, device="cuda")
+    with pygpukit_torch.force_kernel("mma_sync_compact"):
+        info = pygpukit_torch.kernel_info(a, b, precision="tf32x3")
+        out = poisoned_matmul(a, b, precision="tf32x3")
+    assert "mma_sync 128x128x32 warp 64x32 stages 3 promoted every 4 k-tiles" in info, info
+    ref = matmul_reference(a, b)
+    with cublas_tf32(False):
+        fp32 = rel_error(torch.matmul(a, b), ref)
+    assert rel_error(out, ref) <= fp32
+
+
 @pytest.mark.parametrize("device,kernel", DEVICE_KERNELS)
 def test_tf32x3_nan_inf_like_torch(device, kernel):
     a, b = torch.randn(64, 48, device=device), torch.randn(48, 40, device=device)

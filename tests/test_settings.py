@@ -275,7 +275,7 @@ def test_a_cuda_graph_captured_by_hand_replays_what_it_recorded():
 
 
 FAMILIES = ["decode", "auto", "wgmma", "wgmma_swap_ab", "mma_sync", "mma_sync_large", "mma_sync_medium",
-            "mma_sync_small", "skinny", "gemv", "fma"]
+            "mma_sync_small", "mma_sync_compact", "skinny", "gemv", "fma"]
 
 
 @requires_cuda

@@ -71,7 +71,8 @@ enum class Kernel {
   kWgmmaPromotedLarge, kWgmmaPromotedMedium,
   kWgmmaSplit3SwapAB, kWgmmaSplit3SwapABKMajor,
   kWgmmaSplit3SwapABNarrow, kWgmmaSplit3SwapABKMajorNarrow,
-  kMmaSyncLarge, kMmaSyncMedium, kMmaSyncSmall, kMmaSyncPromoted,
+  kMmaSyncLarge, kMmaSyncMedium, kMmaSyncSmall, kMmaSyncPromoted, kMmaSyncCompact,
+  kMmaSyncPromotedCompact,
   kSkinny, kSkinnyWide, kGemvKMajor, kGemvKMajorRows, kGemvRowMajor,
   kFmaLarge, kFmaSmall,
   kCount
@@ -565,6 +566,12 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   if (forced == F::kMmaSyncLarge && vec16 && fits<MmaSyncLarge>(p, d)) return {Kernel::kMmaSyncLarge, true};
   if (forced == F::kMmaSyncMedium && fits<MmaSyncMedium>(p, d)) return {Kernel::kMmaSyncMedium, vec16};
   if (forced == F::kMmaSyncSmall) return {Kernel::kMmaSyncSmall, vec16};
+  // 3xTF32's staged operands (row-major A, column-major B, aligned): a
+  // configuration that promotes its accumulators.
+  const bool staged_tf32x3 = precision == Precision::kTF32x3 && vec16 && p.layout_a == Layout::kRowMajor &&
+                             p.layout_b == Layout::kColMajor;
+  if (forced == F::kMmaSyncCompact && fits<MmaSyncCompact>(p, d))
+    return staged_tf32x3 ? Choice{Kernel::kMmaSyncPromotedCompact, true} : Choice{Kernel::kMmaSyncCompact, vec16};
   if (forced == F::kSkinny && skinny_runs(p)) return skinny_choice(p, precision, d);
   // From here on the automatic choice: unforced, or forced to a kernel that
   // cannot run `p`; "mma_sync" alone keeps to the mma.sync tiles.
@@ -580,16 +587,17 @@ Choice choose(const GemmProblem& p, Precision precision, const DeviceInfo& d) {
   // On Hopper, wgmma for everything but small problems.
   if (automatic && wgmma && macs(p, true) >= kWgmmaMinMacs)
     return choose_wgmma(p, precision, d);
-  // 3xTF32's staged operands (row-major A, column-major B, aligned) on the
-  // mma.sync configuration that promotes its accumulators.
-  if (precision == Precision::kTF32x3 && vec16 && p.layout_a == Layout::kRowMajor &&
-      p.layout_b == Layout::kColMajor && fits<MmaSyncPromoted>(p, d))
-    return {Kernel::kMmaSyncPromoted, true};
+  // 3xTF32's staged operands on the mma.sync configurations that promote
+  // their accumulators, the 3-stage one where the other does not fit.
+  if (staged_tf32x3 && fits<MmaSyncPromoted>(p, d)) return {Kernel::kMmaSyncPromoted, true};
+  if (staged_tf32x3 && fits<MmaSyncPromotedCompact>(p, d)) return {Kernel::kMmaSyncPromotedCompact, true};
   // The largest tile that still gives every SM work: larger tiles issue more
   // MMAs per fragment load and read less from L2 per FLOP. The large tile
   // has no 4-byte-load variant (MmaSyncBuilds::k16ByteLoads).
   if (vec16 && fits_and_fills<MmaSyncLarge>(p, d)) return {Kernel::kMmaSyncLarge, true};
   if (fits_and_fills<MmaSyncMedium>(p, d)) return {Kernel::kMmaSyncMedium, vec16};
+  // Reached where MmaSyncMedium does not fit (its tile count is the same).
+  if (fits_and_fills<MmaSyncCompact>(p, d)) return {Kernel::kMmaSyncCompact, vec16};
   return {Kernel::kMmaSyncSmall, vec16};
 }
 
@@ -961,6 +969,8 @@ using KernelTable = std::tuple<
     Row<Kernel::kMmaSyncMedium, MmaSyncRow<MmaSyncMedium, MmaSyncBuilds::kAll>>,
     Row<Kernel::kMmaSyncSmall, MmaSyncRow<MmaSyncSmall, MmaSyncBuilds::kAll>>,
     Row<Kernel::kMmaSyncPromoted, MmaSyncRow<MmaSyncPromoted, MmaSyncBuilds::kStagedOperands>>,
+    Row<Kernel::kMmaSyncCompact, MmaSyncRow<MmaSyncCompact, MmaSyncBuilds::kAll>>,
+    Row<Kernel::kMmaSyncPromotedCompact, MmaSyncRow<MmaSyncPromotedCompact, MmaSyncBuilds::kStagedOperands>>,
     Row<Kernel::kSkinny, SkinnyRow<SkinnyNarrow>>,
     Row<Kernel::kSkinnyWide, SkinnyRow<SkinnyWide>>,
     Row<Kernel::kGemvKMajor, GemvKMajorRow>,

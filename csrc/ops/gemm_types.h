@@ -40,10 +40,10 @@ inline constexpr const char* kPrecisionNames = "'tf32', 'tf32x3', 'fp32', 'ieee'
 // PYGPUKIT_KERNEL), in the order of kForceableKernels' names.
 enum class ForcedKernel : int {
   kAuto = 0, kWgmma, kWgmmaSwapAB, kMmaSync, kMmaSyncLarge, kMmaSyncMedium, kMmaSyncSmall,
-  kSkinny, kGemv, kFma, kOzaki
+  kMmaSyncCompact, kSkinny, kGemv, kFma, kOzaki
 };
 inline constexpr const char* kForceableKernels[] = {
     "auto", "wgmma", "wgmma_swap_ab", "mma_sync", "mma_sync_large", "mma_sync_medium",
-    "mma_sync_small", "skinny", "gemv", "fma", "ozaki"};
+    "mma_sync_small", "mma_sync_compact", "skinny", "gemv", "fma", "ozaki"};
 
 }  // namespace pygpukit

@@ -55,7 +55,7 @@ struct MmaSyncConfig {
 //   128x256, warp 64x64  147.3/147.4 175.9/167.9 144.0/142.5 177.1/183.2
 //   128x256, warp 64x32  146.1/158.4 153.1/157.3 144.2/153.2 147.8/158.4
 //     (16 warps, the fragment loads not double-buffered)
-// Now (docs/design.md): 226/190 239/180 197/177 209/188.
+// The kernel as it is now: docs/performance.md ("The mma.sync kernel, step by step").
 using MmaSyncLarge = MmaSyncConfig<256, 128, 32, 64, 64, 3>;
 // 128x128x32, 8 warps of 64x32, 4 stages: 128 KB, for problems with too few
 // 128x256 tiles to fill the GPU. Interior copies after the last k8 step
@@ -76,11 +76,20 @@ using MmaSyncMedium = MmaSyncConfig<128, 128, 32, 64, 32, 4, 0, 1, 3>;
 // layouts, not taken).
 using MmaSyncSmall = MmaSyncConfig<64, 64, 32, 32, 32, 4, 0, 3, 0>;
 // MmaSyncMedium's tile promoting every 4 k-tiles (64 + 64 accumulator
-// registers: the 16-warp large tile has no room for a second set), for
+// registers: the large tile's 64x64 warp tiles have no room for a second set), for
 // 3xTF32, whose staged operands are always row-major A and column-major B,
 // 16-byte aligned. Its interior copies stay after step 0: later steps were
 // not timed with it, and step 1 raised its spills from 28 to 60 bytes.
 using MmaSyncPromoted = MmaSyncConfig<128, 128, 32, 64, 32, 4, 4, 1, 0>;
+// MmaSyncMedium's and MmaSyncPromoted's tiles with 3 stages: 96 KB, for GPUs
+// whose blocks may use at most 99 KB of shared memory (sm_86, sm_87, sm_89:
+// RTX 30/40, A10, L4, L40S), where those two and MmaSyncLarge do not fit.
+// Without them such a GPU would run MmaSyncSmall's 64x64 tile, and 3xTF32
+// an unpromoted one, whose error at 4096^3 is 8x cuBLAS FP32's (9.6e-6
+// against 1.15e-6, H200). Chosen only where the 4-stage tiles do not fit;
+// not measured on such a GPU (none is available to us).
+using MmaSyncCompact = MmaSyncConfig<128, 128, 32, 64, 32, 3, 0, 1, 3>;
+using MmaSyncPromotedCompact = MmaSyncConfig<128, 128, 32, 64, 32, 3, 4, 1, 0>;
 
 // kVec16: both operands are read with 16-byte cp.async (base pointers 16-byte
 // aligned, leading dimensions and batch strides multiples of 4 elements);

@@ -594,6 +594,7 @@ cudaError_t launch_mma_sync_gemm(const GemmProblem& p, cudaStream_t stream) {
   template cudaError_t launch_mma_sync_gemm<MmaSyncLarge, LA, LB, true>(const GemmProblem&,  \
                                                                         cudaStream_t);       \
   PYGPUKIT_INSTANTIATE_MMA_SYNC_CONFIG(MmaSyncMedium, LA, LB) \
-  PYGPUKIT_INSTANTIATE_MMA_SYNC_CONFIG(MmaSyncSmall, LA, LB)
+  PYGPUKIT_INSTANTIATE_MMA_SYNC_CONFIG(MmaSyncSmall, LA, LB)                                   \
+  PYGPUKIT_INSTANTIATE_MMA_SYNC_CONFIG(MmaSyncCompact, LA, LB)
 
 }  // namespace pygpukit
