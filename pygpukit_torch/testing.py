@@ -278,7 +278,9 @@ def _assert_within(out: torch.Tensor, ref: torch.Tensor, bound_fn, norm_bound_fn
         norm_line = f"Norm error ‖out − ref‖/‖ref‖: {rel:.3g} (allowed {rel_bound:.3g})"
         if diff > norm_bound and count == 0:
             _fail(f"{what}: the norm error exceeds the bound (each element is within its own).",
-                  [norm_line, "A systematic error such as truncating instead of rounding to TF32 does this."])
+                  [norm_line, "A systematic error does this: a result computed at a lower precision than the "
+                              "one named (tf32 checked as tf32x3, say), or inputs truncated instead of rounded "
+                              "to TF32."])
     if count:
         excess = torch.where(bad, (err - bound).nan_to_num(nan=math.inf), torch.full_like(err, -math.inf))
         flat = int(excess.flatten().argmax())
