@@ -24,7 +24,8 @@ import torch
 from . import _C
 from ._settings import context_innermost
 from .ops import PRECISIONS, _check_precision_is_str, _printable, linear_tf32, matmul_tf32
-from .scope import ScopeStats, _device_types
+from .scope import (ScopeStats, _device_types, _scaled_sum, _unbroadcast_input, _unmatched_product,
+                    _unsupported_operands)
 
 # The dispatch key that holds a device type's dense kernels: the level the
 # switch overrides (below autograd, so torch's own backward formulas call the
@@ -60,22 +61,6 @@ _TORCH = {
 }
 
 
-def _operands_taken(*tensors: torch.Tensor) -> Optional[str]:
-    """Why the ops do not take these operands, or None if they do."""
-    for t in tensors:
-        if t.dtype != torch.float32:
-            return f"{t.dtype} operands"
-        if t.layout != torch.strided:
-            return "non-strided operands"
-    return None
-
-
-def _matching(a: torch.Tensor, b: torch.Tensor, dims: int) -> bool:
-    """Whether a @ b is a product of `dims`-D operands that the aten operator takes."""
-    return (a.dim() == dims and b.dim() == dims and a.shape[-1] == b.shape[-2] and
-            (dims == 2 or a.shape[0] == b.shape[0]))
-
-
 def _real(x) -> Optional[float]:
     """A Scalar argument as a finite float, or None (complex, inf, NaN: torch's own rules apply)."""
     if isinstance(x, (bool, int, float)) and math.isfinite(float(x)):
@@ -106,11 +91,11 @@ class _Router:
 
     # Each returns the product, or a string saying why torch computes it.
     def mm(self, a, b):
-        why = _operands_taken(a, b) or (None if _matching(a, b, 2) else "mm operands that are not 2-D and matching")
+        why = _unsupported_operands((a, b)) or _unmatched_product("mm", a, b, 2)
         return why or matmul_tf32(a, b, precision=self._precision())
 
     def bmm(self, a, b):
-        why = _operands_taken(a, b) or (None if _matching(a, b, 3) else "bmm operands that are not 3-D and matching")
+        why = _unsupported_operands((a, b)) or _unmatched_product("bmm", a, b, 3)
         return why or matmul_tf32(a, b, precision=self._precision())
 
     def addmm(self, input, a, b, beta=1, alpha=1):
@@ -120,21 +105,13 @@ class _Router:
         if beta == 1 and alpha == 1 and input.shape in ((b.shape[1],), (1, b.shape[1])):
             # torch.nn.functional.linear's own call: the bias in the epilogue.
             return linear_tf32(a, b.t(), input.reshape(-1), precision=self._precision())
-        return self._scaled_sum(input, matmul_tf32(a, b, precision=self._precision()), beta, alpha)
+        return _scaled_sum(input, matmul_tf32(a, b, precision=self._precision()), beta, alpha)
 
     def baddbmm(self, input, a, b, beta=1, alpha=1):
         why, beta, alpha = self._add_product_taken("baddbmm", input, a, b, beta, alpha, 3)
         if why is not None:
             return why
-        return self._scaled_sum(input, matmul_tf32(a, b, precision=self._precision()), beta, alpha)
-
-    @staticmethod
-    def _scaled_sum(input, product, beta, alpha):
-        """beta input + alpha product, in the new product's memory."""
-        if alpha != 1:
-            product.mul_(alpha)
-        # torch's rule: with beta = 0 the input is ignored (NaN included).
-        return product if beta == 0 else product.add_(input, alpha=beta)
+        return _scaled_sum(input, matmul_tf32(a, b, precision=self._precision()), beta, alpha)
 
     def addmm_(self, input, a, b, beta=1, alpha=1):
         return self._in_place("addmm", input, a, b, beta, alpha, 2)
@@ -159,23 +136,13 @@ class _Router:
         scalars are not finite real numbers, whose alpha is 0 (torch then
         reads neither operand) or whose K is 0 (torch keeps the input's
         signed zeros)."""
-        why = _operands_taken(input, a, b)
-        if why is None and not _matching(a, b, dims):
-            why = f"{kind} operands that are not {dims}-D and matching"
+        why = _unsupported_operands((input, a, b)) or _unmatched_product(kind, a, b, dims)
         real_beta, real_alpha = _real(beta), _real(alpha)
         if why is None and (real_beta is None or real_alpha is None or real_alpha == 0.0):
             why = f"{kind} with alpha = 0, or alpha or beta not a finite real number"
         if why is None and a.shape[-1] == 0:
             why = f"{kind} with K = 0"
-        if why is None:
-            shape = (*a.shape[:-1], b.shape[-1])
-            try:
-                broadcasts = input.dim() <= dims and torch.broadcast_shapes(input.shape, shape) == torch.Size(shape)
-            except RuntimeError:
-                broadcasts = False
-            if not broadcasts:
-                why = f"an {kind} input that does not broadcast to the product"
-        return why, real_beta, real_alpha
+        return why or _unbroadcast_input(kind, input, a, b, dims), real_beta, real_alpha
 
 
 # The router in force, None while the switch is off. The kernels read it

@@ -37,6 +37,47 @@ _ROUTED = frozenset(_MATMULS + _ADDMMS + (F.linear, torch.einsum))
 _EINSUM_CHARS = frozenset(string.ascii_letters + ".,-> ")
 
 
+def _unsupported_operands(tensors, devices: Optional[Tuple[str, ...]] = None) -> Optional[str]:
+    """Why the ops do not take these operands (devices None: any device), or None if they do."""
+    for t in tensors:
+        if not isinstance(t, torch.Tensor):
+            return "an operand that is not a tensor"
+        if t.dtype != torch.float32:
+            return f"{t.dtype} operands"
+        if t.layout != torch.strided or t.is_nested:
+            return "non-strided operands"
+        if devices is not None and t.device.type not in devices:
+            return f"operands on {t.device.type}"
+    return None
+
+
+def _unmatched_product(kind: str, a: torch.Tensor, b: torch.Tensor, dims: int) -> Optional[str]:
+    """Why a @ b is not the product of `dims`-D operands that aten's `kind` takes, or None."""
+    if (a.dim() == dims and b.dim() == dims and a.shape[-1] == b.shape[-2] and
+            (dims == 2 or a.shape[0] == b.shape[0])):
+        return None
+    return f"{kind} operands that are not {dims}-D and matching"
+
+
+def _unbroadcast_input(kind: str, input: torch.Tensor, a: torch.Tensor, b: torch.Tensor, dims: int) -> Optional[str]:
+    """Why `kind`'s input does not broadcast to the product a @ b, or None
+    (torch then raises its own error for the call)."""
+    shape = (*a.shape[:-1], b.shape[-1])
+    try:
+        if input.dim() <= dims and torch.broadcast_shapes(input.shape, shape) == torch.Size(shape):
+            return None
+    except RuntimeError:
+        pass
+    return f"an {kind} input that does not broadcast to the product"
+
+
+def _scaled_sum(input: torch.Tensor, product: torch.Tensor, beta, alpha) -> torch.Tensor:
+    """beta input + alpha product, by torch's rule that beta = 0 ignores the input (NaN included)."""
+    if alpha != 1:
+        product = product * alpha
+    return product if beta == 0 else torch.add(product, input, alpha=beta)
+
+
 def _einsum_labels(term: str, ndim: int, ellipsis: int):
     """The labels of one einsum operand's dimensions, its '...' as the last
     dimensions of `ellipsis` broadcast ones (named 0, 1, ..., right-aligned);
@@ -196,46 +237,23 @@ class _RouteMatmuls(TorchFunctionMode):
         return func(*args, **kwargs)
 
     def _check(self, *tensors) -> Optional[str]:
-        for t in tensors:
-            if not isinstance(t, torch.Tensor):
-                return "an operand that is not a tensor"
-            if t.dtype != torch.float32:
-                return f"{t.dtype} operands"
-            if t.layout != torch.strided or t.is_nested:
-                return "non-strided operands"
-            if t.device.type not in self.devices:
-                return f"operands on {t.device.type}"
-        return None
-
+        return _unsupported_operands(tensors, self.devices)
 
     def _matmul(self, kind, a, b, *, out=None):
         why = "out= given" if out is not None else self._check(a, b)
-        if why is None and kind == "mm" and not (a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[0]):
-            why = "mm operands that are not 2-D and matching"
-        if why is None and kind == "bmm" and not (a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0]
-                                                  and a.shape[2] == b.shape[1]):
-            why = "bmm operands that are not 3-D and matching"
+        if why is None and kind in ("mm", "bmm"):
+            why = _unmatched_product(kind, a, b, 2 if kind == "mm" else 3)
         return why or matmul_tf32(a, b, precision=_innermost_precision())
 
     def _addmm(self, kind, input, m1, m2, *, beta=1, alpha=1, out=None):
         why = "out= given" if out is not None else self._check(input, m1, m2)
         dims = 2 if kind == "addmm" else 3
-        if why is None and not (m1.dim() == dims and m2.dim() == dims and m1.shape[-1] == m2.shape[-2]
-                                and (dims == 2 or m1.shape[0] == m2.shape[0])):
-            why = f"{kind} operands that are not {dims}-D and matching"
-        if why is None:
-            shape = (*m1.shape[:-1], m2.shape[-1])
-            if input.dim() > dims or torch.broadcast_shapes(input.shape, shape) != torch.Size(shape):
-                why = f"an {kind} input that does not broadcast to the product"
+        why = why or _unmatched_product(kind, m1, m2, dims) or _unbroadcast_input(kind, input, m1, m2, dims)
         if why is None and (alpha == 0 or (beta == 0 and input.requires_grad)):
             why = f"{kind} with alpha = 0, or beta = 0 on an input that needs a gradient"
         if why is not None:
             return why
-        product = matmul_tf32(m1, m2, precision=_innermost_precision())
-        if alpha != 1:
-            product = product * alpha
-        # torch's rule: with beta = 0 the input is ignored (NaN included).
-        return product if beta == 0 else torch.add(product, input, alpha=beta)
+        return _scaled_sum(input, matmul_tf32(m1, m2, precision=_innermost_precision()), beta, alpha)
 
     def _einsum(self, kind, equation, *operands):
         # torch.einsum hands the mode (equation, *operands), or (equation,

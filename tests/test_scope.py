@@ -243,6 +243,17 @@ def test_keyword_arguments_functorch_and_shapes_torch_rejects():
     assert len(stats.passed) == 4, stats.passed
 
 
+def test_an_addmm_input_that_does_not_broadcast_gets_torchs_error():
+    input, a, b = torch.zeros(3), torch.randn(6, 16), torch.randn(16, 5)
+    with pytest.raises(RuntimeError) as theirs:
+        torch.addmm(input, a, b)
+    with pygpukit_torch.enable(devices=("cpu",)) as stats:
+        with pytest.raises(RuntimeError) as ours:
+            torch.addmm(input, a, b)
+    assert str(ours.value) == str(theirs.value)
+    assert stats.passed == {"an addmm input that does not broadcast to the product": 1}
+
+
 def test_addmm_alpha_beta_edge_cases_follow_torch():
     inp = torch.randn(3, 5, requires_grad=True)
     a, b = torch.randn(3, 4), torch.randn(4, 5)

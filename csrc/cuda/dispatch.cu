@@ -1071,8 +1071,6 @@ bool runs_ozaki(const GemmProblem& p) {
           (macs(p, true) >= kOzakiMinMacs && std::min(p.M, p.N) >= kOzakiMinSide));
 }
 
-}  // namespace
-
 // A forced "ozaki" that does not run (another precision, or a problem the
 // scheme cannot take) leaves the choice to the dispatcher, as a forced
 // kernel that cannot run does.
@@ -1081,6 +1079,8 @@ GemmProblem unforced(const GemmProblem& p) {
   q.forced = ForcedKernel::kAuto;
   return q;
 }
+
+}  // namespace
 
 size_t gemm_workspace_bytes(const GemmProblem& p, Precision precision) {
   if (precision == Precision::kFP32 && runs_ozaki(p)) return ozaki_workspace_bytes(p);
