@@ -58,6 +58,13 @@ def accuracy_cases():
     yield "tiny times big", randn(128, k) * 1e-30, randn(k, 128) * 1e20
     yield "global 2^-100", randn(128, k) * 2.0 ** -100, randn(k, 128) * 2.0 ** -20
     yield "rows 2^30 apart", randn(128, k) * _binades((128, 1), -30, 30), randn(k, 128)
+    for e in (8, 16, 20):  # outliers in A's rows and B's columns, at different k and at the same k
+        a, b = randn(128, k), randn(k, 128)
+        a[:, 7], b[9, :] = 2.0 ** e, 2.0 ** e
+        yield f"outliers 2^{e} at different k", a, b
+    a, b = randn(128, k), randn(k, 128)
+    a[:, 7], b[7, :] = 2.0 ** 16, 2.0 ** 16
+    yield "outliers 2^16 at the same k", a, b
     yield "uniform [0, 1)", torch.rand(128, k, device="cuda"), torch.rand(k, 128, device="cuda")
 
 

@@ -31,12 +31,14 @@ struct WorkspacePlan {
   int64_t ld = 0, ldc = 0;  // residue rows of A and B (K), of C (N): multiples of 16
   size_t exponents_a = 0, exponents_b = 0, residues_a = 0, residues_b = 0, residues_c = 0, total = 0;
 };
-constexpr size_t kHeaderBytes = 256;  // rho (8 bytes), the moduli count (4)
+constexpr size_t kHeaderBytes = 256;  // the DeviceSpread, the moduli count
+static_assert(sizeof(ozaki::DeviceSpread) + sizeof(int) <= kHeaderBytes, "the header holds both");
 
 WorkspacePlan plan(const GemmProblem& p) {
   WorkspacePlan w;
   const Rows a = rows_of_a(p), b = rows_of_b(p);
-  w.n_max = ozaki::moduli_bound(ozaki::kTables.moduli, p.K);
+  // Outliers can call for any count (ozaki::moduli_needed).
+  w.n_max = ozaki::kMaxModuli;
   w.ld = round_up(p.K, 16);
   w.ldc = round_up(p.N, 16);
   size_t at = kHeaderBytes;
@@ -60,8 +62,11 @@ bool ozaki_runs(const GemmProblem& p, int cc_major, int cc_minor) {
   constexpr int64_t kMaxCoordinate = std::numeric_limits<int32_t>::max();
   constexpr int64_t kMaxGridZ = 65535;  // the GEMM's grid: one z per modulus and batch entry
   if (!ozaki::int8_gemm_available() || cc_major != 9 || cc_minor != 0) return false;
-  const int n_max = ozaki::moduli_bound(ozaki::kTables.moduli, p.K);
-  return n_max <= ozaki::kMaxModuli && n_max * p.batch <= kMaxGridZ && p.M <= ozaki::kMaxRows &&
+  // K whose evenly spread inputs the moduli cover (rho = 1: a dominant
+  // entry; outliers past what 13 moduli cover lose accuracy, docs/precision.md).
+  const bool k_covered = ozaki::moduli_needed(ozaki::kTables.moduli, ozaki::Spread{1.0, 1.0}, p.K) <=
+                         ozaki::kMaxModuli;
+  return k_covered && ozaki::kMaxModuli * p.batch <= kMaxGridZ && p.M <= ozaki::kMaxRows &&
          p.N <= ozaki::kMaxRows && p.K <= kMaxCoordinate;
 }
 
@@ -73,19 +78,22 @@ cudaError_t run_ozaki_gemm(const GemmProblem& p, void* workspace, size_t workspa
   if (workspace_bytes < w.total)
     return step_result(cudaErrorInvalidValue, "workspace too small for the FP32-accurate product");
   auto* ws = static_cast<uint8_t*>(workspace);
-  auto* rho = reinterpret_cast<unsigned long long*>(ws);
-  auto* count = reinterpret_cast<int*>(ws + 8);
+  auto* spread = reinterpret_cast<ozaki::DeviceSpread*>(ws);
+  auto* count = reinterpret_cast<int*>(ws + sizeof(ozaki::DeviceSpread));
   auto* exponents_a = reinterpret_cast<int32_t*>(ws + w.exponents_a);
   auto* exponents_b = reinterpret_cast<int32_t*>(ws + w.exponents_b);
   auto* residues_a = reinterpret_cast<int8_t*>(ws + w.residues_a);
   auto* residues_b = reinterpret_cast<int8_t*>(ws + w.residues_b);
   auto* residues_c = reinterpret_cast<int8_t*>(ws + w.residues_c);
   const Rows a = rows_of_a(p), b = rows_of_b(p);
-  cudaError_t err = step_result(cudaMemsetAsync(rho, 0, sizeof(*rho), stream), "cudaMemsetAsync");
-  if (err == cudaSuccess) err = ozaki::launch_row_stats(a, exponents_a, rho, stream);
-  if (err == cudaSuccess) err = ozaki::launch_row_stats(b, exponents_b, rho, stream);
-  if (err == cudaSuccess) err = ozaki::launch_split(a, exponents_a, rho, w.n_max, residues_a, w.ld, count, stream);
-  if (err == cudaSuccess) err = ozaki::launch_split(b, exponents_b, rho, w.n_max, residues_b, w.ld, nullptr, stream);
+  cudaError_t err =
+      step_result(cudaMemsetAsync(spread, 0, sizeof(*spread), stream), "cudaMemsetAsync");
+  if (err == cudaSuccess) err = ozaki::launch_row_stats(a, 0, exponents_a, spread, stream);
+  if (err == cudaSuccess) err = ozaki::launch_row_stats(b, 1, exponents_b, spread, stream);
+  if (err == cudaSuccess)
+    err = ozaki::launch_split(a, exponents_a, spread, w.n_max, residues_a, w.ld, count, stream);
+  if (err == cudaSuccess)
+    err = ozaki::launch_split(b, exponents_b, spread, w.n_max, residues_b, w.ld, nullptr, stream);
   if (err == cudaSuccess) {
     ozaki::Int8Gemm g;
     g.M = p.M;

@@ -13,7 +13,7 @@ namespace pygpukit {
 
 // Whether this build and a device of compute capability cc_major.cc_minor
 // can run `p` this way: the INT8 wgmma kernel (sm_90a) built, K small
-// enough for the moduli (ozaki::moduli_bound), and sizes within the
+// enough for the moduli (ozaki::moduli_needed), and sizes within the
 // kernels' 32-bit grid and TMA coordinates.
 bool ozaki_runs(const GemmProblem& p, int cc_major, int cc_minor);
 

@@ -27,10 +27,22 @@ struct Rows {
 // computed from the inputs instead (reconstruct_kernel).
 inline constexpr int kNonFiniteRow = -200000;
 
+// Spread (ozaki_scheme.h) as the statistics kernels raise it: positive
+// doubles' bits, which order as the doubles, for atomicMax; zeroed before.
+struct DeviceSpread {
+  unsigned long long rho;     // over A's rows and B's columns
+  unsigned long long tau[2];  // A's rows, B's columns
+  __device__ Spread read() const {
+    const double ta = __longlong_as_double(static_cast<long long>(tau[0]));
+    const double tb = __longlong_as_double(static_cast<long long>(tau[1]));
+    return Spread{__longlong_as_double(static_cast<long long>(rho)), ta < tb ? ta : tb};
+  }
+};
+
 // Per row: its norm exponent (norm_exponent, kZeroRow or kNonFiniteRow) in
-// exponents[b * rows + r], and the largest ||x||_2^2 / ||x||_1^2 over the
-// rows raised into *rho (a double's bits; start it at 0).
-cudaError_t launch_row_stats(const Rows& rows, int32_t* exponents, unsigned long long* rho,
+// exponents[b * rows + r]; rho and tau[side] (0 for A, 1 for B) raised in
+// *spread.
+cudaError_t launch_row_stats(const Rows& rows, int side, int32_t* exponents, DeviceSpread* spread,
                              cudaStream_t stream);
 
 // The most rows launch_split takes: 65535 blocks of 32 rows.
@@ -38,9 +50,9 @@ inline constexpr int64_t kMaxRows = int64_t{65535} * 32;
 
 // Residue planes: n_max planes of int8 [batch][rows][ld], plane l holding the
 // rows' scaled integers modulo kModuli[l] (ld a multiple of 16, K <= ld;
-// columns past K are zero). Writes the first n planes, n = moduli_needed(*rho, K),
-// and with `count` non-null stores n there.
-cudaError_t launch_split(const Rows& rows, const int32_t* exponents, const unsigned long long* rho,
+// columns past K are zero). Writes the first n planes, n = moduli_needed
+// of *spread and K (at most n_max), and with `count` non-null stores n there.
+cudaError_t launch_split(const Rows& rows, const int32_t* exponents, const DeviceSpread* spread,
                          int n_max, int8_t* residues, int64_t ld, int* count, cudaStream_t stream);
 
 // The INT8 products of A's and B's residue planes (both [.][rows][ld]

@@ -94,30 +94,43 @@ __constant__ Tables device_tables = make_tables();
 #define PYGPUKIT_OZAKI_HD inline
 #endif
 
-// The number of moduli for inputs of inner dimension K whose rows of A and
-// columns of B have at most rho = ||x||_2^2 / ||x||_1^2 (1 / K for equal
-// magnitudes, 1 for a single nonzero): the fewest n with
-// log2 P >= 50.5 + 2 log2 K + log2 rho, or kMaxModuli + 1 if none suffices.
-// Why this many: the truncation error of row i is about 2^(-h) ||a_i||_2
-// ||b_j||_1 per side, against FP32's 2^-24 ||a_i||_1 ||b_j||_1 / K for
-// (|A| |B|)_ij; the constant was set on an exact CPU emulation of the
-// scheme over 16 kinds of input (docs/design.md): it never chose fewer
-// moduli than the fewest whose errors, norm-wise and worst-element, were
-// FP32's or below, and at most one more. Below K = 64 the sums are too
-// short for that average to hold (Gaussian inputs at K = 2..7 needed 9
-// moduli for the worst element), so at least kShortKModuli are taken.
+// What the number of moduli depends on besides K, over the rows of A and
+// the columns of B: rho, the largest ||x||_2^2 / ||x||_1^2 (1 / K for equal
+// magnitudes, 1 for a single nonzero), and tau, the smaller of A's and B's
+// largest outlier ratio max|x| (nnz - 1) / (||x||_1 - max|x|) (the largest
+// entry against the mean of the other nonzeros; 1 where there are none).
+struct Spread {
+  double rho = 0.0, tau = 1.0;
+};
+
+// The number of moduli: the fewest n with
+//   log2 P >= 50.5 + 2 log2 K + log2 rho + 2 max(0, log2 tau - 8),
+// or kMaxModuli + 1 if none suffices.
+// Why: the truncation error of row i is about 2^(-h) ||a_i||_2 ||b_j||_1 per
+// side, against FP32's 2^-24 ||a_i||_1 ||b_j||_1 / K for (|A| |B|)_ij where
+// the magnitudes are spread evenly (the rho term). Where a row of A and a
+// column of B both hold an outlier D times their other entries, at
+// different k, (|A| |B|)_ij is only about D times theirs while the
+// truncation follows D^2: h must grow by log2 D, and log2 P by twice that
+// (the tau term; tau near 5 for Gaussian rows). The constants were set on
+// an exact CPU emulation of the scheme over the accuracy suite's kinds of
+// input and outliers of 2^4..2^24 in both operands (docs/design.md): it
+// never chose fewer moduli than the fewest whose errors, norm-wise and
+// worst-element, were FP32's or below. Below K = 64
+// the sums are too short for the averages to hold (Gaussian inputs at
+// K = 2..7 needed 9 moduli for the worst element), so at least
+// kShortKModuli are taken.
 inline constexpr int64_t kShortK = 64;
 inline constexpr int kShortKModuli = 9;
-PYGPUKIT_OZAKI_HD int moduli_needed(const Moduli& m, double rho, int64_t K) {
+PYGPUKIT_OZAKI_HD int moduli_needed(const Moduli& m, const Spread& s, int64_t K) {
   const double kd = double(K);
-  const double need = ldexp(rho * kd * kd, 50) * 1.4142135623730951;  // 2^50.5
+  double need = ldexp(s.rho * kd * kd, 50) * 1.4142135623730951;  // 2^50.5
+  const double outlier = s.tau * 0x1p-8;
+  if (outlier > 1.0) need *= outlier * outlier;
   for (int n = K <= kShortK ? kShortKModuli : 1; n <= kMaxModuli; ++n)
     if (m.capacity[n] >= need) return n;
   return kMaxModuli + 1;
 }
-
-// The most moduli inputs of inner dimension K can need (rho = 1).
-PYGPUKIT_OZAKI_HD int moduli_bound(const Moduli& m, int64_t K) { return moduli_needed(m, 1.0, K); }
 
 // An exponent e with sqrt(sum_squares) < 2^e, for a row's or column's sum of
 // squares accumulated in double (whose relative error, K 2^-53, the factor

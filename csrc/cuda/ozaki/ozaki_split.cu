@@ -18,13 +18,16 @@ constexpr int kStatsRows = 32, kStatsLanes = 8;  // a block: 32 rows, 8 threads 
 // row-major B); where K is (A's rows), the eight threads of a row read
 // eight adjacent values, one 32-byte sector, from L1.
 __global__ void __launch_bounds__(kStatsRows * kStatsLanes) row_stats_kernel(
-    const Rows rows, int32_t* exponents, unsigned long long* rho) {
+    const Rows rows, int side, int32_t* exponents, DeviceSpread* spread) {
   ptx::programmatic_launch_start();
   __shared__ double sum1[kStatsLanes][kStatsRows], sum2[kStatsLanes][kStatsRows];
-  __shared__ int nonfinite[kStatsLanes][kStatsRows];
+  __shared__ float largest[kStatsLanes][kStatsRows];
+  __shared__ int64_t nonzeros[kStatsLanes][kStatsRows];  // -1: the row holds Inf or NaN
   const int r = threadIdx.x % kStatsRows, q = threadIdx.x / kStatsRows;
   const int64_t row = int64_t(blockIdx.x) * kStatsRows + r, b = blockIdx.z;
   double s1 = 0.0, s2 = 0.0;
+  float amax = 0.0f;
+  int64_t nnz = 0;
   bool bad = false;
   if (row < rows.rows)
     for (int64_t k = q; k < rows.K; k += kStatsLanes) {
@@ -36,22 +39,30 @@ __global__ void __launch_bounds__(kStatsRows * kStatsLanes) row_stats_kernel(
       const double d = x;
       s1 += fabs(d);
       s2 = fma(d, d, s2);
+      amax = fmaxf(amax, fabsf(x));
+      nnz += x != 0.0f;
     }
   sum1[q][r] = s1;
   sum2[q][r] = s2;
-  nonfinite[q][r] = bad;
+  largest[q][r] = amax;
+  nonzeros[q][r] = bad ? -1 : nnz;
   __syncthreads();
   if (q != 0 || row >= rows.rows) return;
   for (int i = 1; i < kStatsLanes; ++i) {
     s1 += sum1[i][r];
     s2 += sum2[i][r];
-    bad |= nonfinite[i][r] != 0;
+    amax = fmaxf(amax, largest[i][r]);
+    bad |= nonzeros[i][r] < 0;
+    nnz += nonzeros[i][r];
   }
   exponents[b * rows.rows + row] = bad ? kNonFiniteRow : norm_exponent(s2);
-  if (!bad && s1 > 0.0) {
-    const double ratio = s2 / (s1 * s1);  // positive doubles order as their bits
-    atomicMax(rho, static_cast<unsigned long long>(__double_as_longlong(ratio)));
-  }
+  if (bad || !(s1 > 0.0)) return;
+  // Positive doubles order as their bits.
+  const double ratio = s2 / (s1 * s1);
+  atomicMax(&spread->rho, static_cast<unsigned long long>(__double_as_longlong(ratio)));
+  const double rest = s1 - double(amax);
+  const double outlier = rest > 0.0 ? double(amax) * double(nnz - 1) / rest : 1.0;
+  atomicMax(&spread->tau[side], static_cast<unsigned long long>(__double_as_longlong(outlier)));
 }
 
 constexpr int kSplitRows = 32, kSplitK = 128, kSplitThreads = 256;
@@ -62,7 +73,8 @@ constexpr int kSplitChunk = 16;  // values per thread and plane: one 16-byte sto
 // thread (r, c) scales k0 + 16c .. + 15 of row r and stores their residues,
 // 16 bytes per plane.
 __global__ void __launch_bounds__(kSplitThreads) split_kernel(
-    const Rows rows, const int32_t* exponents, const unsigned long long* rho, int n_max, int8_t* residues, int64_t ld, int* count) {
+    const Rows rows, const int32_t* exponents, const DeviceSpread* spread, int n_max, int8_t* residues,
+    int64_t ld, int* count) {
   ptx::programmatic_launch_start();
   __shared__ float tile[kSplitRows][kSplitK + 1];
   const int64_t r0 = int64_t(blockIdx.y) * kSplitRows, k0 = int64_t(blockIdx.x) * kSplitK;
@@ -75,8 +87,7 @@ __global__ void __launch_bounds__(kSplitThreads) split_kernel(
     tile[r][k] = inside ? rows.at(b, r0 + r, k0 + k) : 0.0f;
   }
   const Moduli& moduli = device_tables.moduli;
-  const int n = min(moduli_needed(moduli, __longlong_as_double(static_cast<long long>(*rho)), rows.K),
-                    n_max);
+  const int n = min(moduli_needed(moduli, spread->read(), rows.K), n_max);
   if (count != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0)
     *count = n;
   __syncthreads();
@@ -110,21 +121,21 @@ __global__ void __launch_bounds__(kSplitThreads) split_kernel(
 
 }  // namespace
 
-cudaError_t launch_row_stats(const Rows& rows, int32_t* exponents, unsigned long long* rho,
+cudaError_t launch_row_stats(const Rows& rows, int side, int32_t* exponents, DeviceSpread* spread,
                              cudaStream_t stream) {
   const dim3 grid(unsigned(ceil_div(rows.rows, kStatsRows)), 1, unsigned(rows.batch));
   return launch_kernel<row_stats_kernel>(grid, dim3(kStatsRows * kStatsLanes), KernelNeeds{}, stream,
-                                         rows, exponents, rho);
+                                         rows, side, exponents, spread);
 }
 
 static_assert(kMaxRows == int64_t{65535} * kSplitRows, "kMaxRows is the split's grid limit");
 
-cudaError_t launch_split(const Rows& rows, const int32_t* exponents, const unsigned long long* rho,
+cudaError_t launch_split(const Rows& rows, const int32_t* exponents, const DeviceSpread* spread,
                          int n_max, int8_t* residues, int64_t ld, int* count, cudaStream_t stream) {
   const dim3 grid(unsigned(ceil_div(ld, kSplitK)), unsigned(ceil_div(rows.rows, kSplitRows)),
                   unsigned(rows.batch));
   return launch_kernel<split_kernel>(grid, dim3(kSplitThreads), KernelNeeds{}, stream, rows, exponents,
-                                     rho, n_max, residues, ld, count);
+                                     spread, n_max, residues, ld, count);
 }
 
 }  // namespace pygpukit::ozaki
