@@ -5,6 +5,7 @@
 
 #include "cuda/common/int_math.h"
 #include "cuda/common/ptx.cuh"
+#include "cuda/common/tile_raster.cuh"
 #include "cuda/hopper/ptx_sm90.cuh"
 #include "cuda/hopper/tensor_map.h"
 #include "cuda/launch_util.h"
@@ -32,10 +33,14 @@ struct Int8GemmConfig {
 
 using Cfg = Int8GemmConfig;
 
-// Block (blockIdx.x, blockIdx.y): the BM x BN tile of C at (y BM, x BN) for
-// modulus l and batch entry b, blockIdx.z = l * batch + b. Blocks of a
-// modulus past *count exit at once. The residue planes come through the
-// tensor maps (p.a and p.b are not read here).
+// Block (blockIdx.x, blockIdx.y): the tile of C that the grouped order
+// gives its linear index (groups of kGroupM tile rows, so that the blocks
+// resident at once share panels of A's and B's residues in L2: one
+// modulus's planes are 64 MB each at 8192^3), for modulus l and batch entry
+// b, blockIdx.z = l * batch + b. Blocks of a modulus past *count exit at
+// once. The residue planes come through the tensor maps (p.a and p.b are
+// not read here).
+constexpr int64_t kGroupM = 8;
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     int8_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                      const Int8Gemm p) {
@@ -58,7 +63,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int l = blockIdx.z / p.batch, b = blockIdx.z % p.batch;
   if (l >= *p.count) return;  // uniform per block, before any barrier is used
   __syncthreads();
-  const int m0 = blockIdx.y * Cfg::BM, n0 = blockIdx.x * Cfg::BN;
+  const TileCoord tile = grouped_tile<kGroupM>(int64_t(blockIdx.y) * gridDim.x + blockIdx.x, gridDim.y, gridDim.x);
+  const int m0 = int(tile.m) * Cfg::BM, n0 = int(tile.n) * Cfg::BN;
   const int k_tiles = int(ceil_div(p.K, Cfg::BK));
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
