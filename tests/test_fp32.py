@@ -65,6 +65,9 @@ def accuracy_cases():
     a, b = randn(128, k), randn(k, 128)
     a[:, 7], b[7, :] = 2.0 ** 16, 2.0 ** 16
     yield "outliers 2^16 at the same k", a, b
+    a, b = randn(128, k), randn(k, 128)
+    a[:, 7:11], b[100:104, :] = 2.0 ** 20, 2.0 ** 20
+    yield "four outlier channels 2^20 in each", a, b
     yield "uniform [0, 1)", torch.rand(128, k, device="cuda"), torch.rand(k, 128, device="cuda")
 
 
@@ -125,7 +128,8 @@ def test_ozaki_zero_rows_and_columns_give_exact_zeros():
 
 
 @requires_ozaki
-@pytest.mark.parametrize("shape", [(1, 1, 1), (1000, 333, 77), (257, 513, 129), (5, 3000, 2000), (300, 7, 4099)])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (1000, 333, 77), (257, 513, 129), (5, 3000, 2000), (300, 7, 4099),
+                                   (1300, 700, 300)])
 @pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
 def test_ozaki_shapes_and_layouts(shape, layout):
     m, n, k = shape

@@ -40,7 +40,6 @@ using Cfg = Int8GemmConfig;
 // b, blockIdx.z = l * batch + b. Blocks of a modulus past *count exit at
 // once. The residue planes come through the tensor maps (p.a and p.b are
 // not read here).
-constexpr int64_t kGroupM = 8;
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     int8_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                      const Int8Gemm p) {
@@ -63,6 +62,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int l = blockIdx.z / p.batch, b = blockIdx.z % p.batch;
   if (l >= *p.count) return;  // uniform per block, before any barrier is used
   __syncthreads();
+  constexpr int64_t kGroupM = 8;
   const TileCoord tile = grouped_tile<kGroupM>(int64_t(blockIdx.y) * gridDim.x + blockIdx.x, gridDim.y, gridDim.x);
   const int m0 = int(tile.m) * Cfg::BM, n0 = int(tile.n) * Cfg::BN;
   const int k_tiles = int(ceil_div(p.K, Cfg::BK));

@@ -97,8 +97,9 @@ __constant__ Tables device_tables = make_tables();
 // What the number of moduli depends on besides K, over the rows of A and
 // the columns of B: rho, the largest ||x||_2^2 / ||x||_1^2 (1 / K for equal
 // magnitudes, 1 for a single nonzero), and tau, the smaller of A's and B's
-// largest outlier ratio max|x| (nnz - 1) / (||x||_1 - max|x|) (the largest
-// entry against the mean of the other nonzeros; 1 where there are none).
+// largest outlier ratio: a row's largest entry against the mean of its
+// nonzeros other than the 8 largest (up to 8 outlier channels do not hide
+// each other; 1 where there are no others).
 struct Spread {
   double rho = 0.0, tau = 1.0;
 };

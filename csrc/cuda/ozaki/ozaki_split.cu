@@ -17,16 +17,28 @@ constexpr int kStatsRows = 32, kStatsLanes = 8;  // a block: 32 rows, 8 threads 
 // rows, which is coalesced where rows are adjacent (B's columns of a
 // row-major B); where K is (A's rows), the eight threads of a row read
 // eight adjacent values, one 32-byte sector, from L1.
+// The kOutliers largest magnitudes seen, in descending order.
+constexpr int kOutliers = 8;
+struct Largest {
+  float v[kOutliers] = {};
+  __device__ void add(float x) {
+    if (!(x > v[kOutliers - 1])) return;
+#pragma unroll
+    for (int i = kOutliers - 1; i > 0; --i) v[i] = x > v[i - 1] ? v[i - 1] : (x > v[i] ? x : v[i]);
+    v[0] = fmaxf(v[0], x);
+  }
+};
+
 __global__ void __launch_bounds__(kStatsRows * kStatsLanes) row_stats_kernel(
     const Rows rows, int side, int32_t* exponents, DeviceSpread* spread) {
   ptx::programmatic_launch_start();
   __shared__ double sum1[kStatsLanes][kStatsRows], sum2[kStatsLanes][kStatsRows];
-  __shared__ float largest[kStatsLanes][kStatsRows];
+  __shared__ Largest largest[kStatsLanes][kStatsRows];
   __shared__ int64_t nonzeros[kStatsLanes][kStatsRows];  // -1: the row holds Inf or NaN
   const int r = threadIdx.x % kStatsRows, q = threadIdx.x / kStatsRows;
   const int64_t row = int64_t(blockIdx.x) * kStatsRows + r, b = blockIdx.z;
   double s1 = 0.0, s2 = 0.0;
-  float amax = 0.0f;
+  Largest top;
   int64_t nnz = 0;
   bool bad = false;
   if (row < rows.rows)
@@ -39,19 +51,20 @@ __global__ void __launch_bounds__(kStatsRows * kStatsLanes) row_stats_kernel(
       const double d = x;
       s1 += fabs(d);
       s2 = fma(d, d, s2);
-      amax = fmaxf(amax, fabsf(x));
+      top.add(fabsf(x));
       nnz += x != 0.0f;
     }
   sum1[q][r] = s1;
   sum2[q][r] = s2;
-  largest[q][r] = amax;
+  largest[q][r] = top;
   nonzeros[q][r] = bad ? -1 : nnz;
   __syncthreads();
   if (q != 0 || row >= rows.rows) return;
   for (int i = 1; i < kStatsLanes; ++i) {
     s1 += sum1[i][r];
     s2 += sum2[i][r];
-    amax = fmaxf(amax, largest[i][r]);
+#pragma unroll
+    for (int j = 0; j < kOutliers; ++j) top.add(largest[i][r].v[j]);
     bad |= nonzeros[i][r] < 0;
     nnz += nonzeros[i][r];
   }
@@ -60,9 +73,18 @@ __global__ void __launch_bounds__(kStatsRows * kStatsLanes) row_stats_kernel(
   // Positive doubles order as their bits.
   const double ratio = s2 / (s1 * s1);
   atomicMax(&spread->rho, static_cast<unsigned long long>(__double_as_longlong(ratio)));
-  const double rest = s1 - double(amax);
-  const double outlier = rest > 0.0 ? double(amax) * double(nnz - 1) / rest : 1.0;
-  atomicMax(&spread->tau[side], static_cast<unsigned long long>(__double_as_longlong(outlier)));
+  // tau: the largest entry against the mean of the entries other than the
+  // kOutliers largest, so that a few outlier channels do not hide each
+  // other; huge where those entries vanish next to it, 1 where there are
+  // none.
+  double outliers = 0.0;
+#pragma unroll
+  for (int j = 0; j < kOutliers; ++j) outliers += top.v[j];
+  const double rest = s1 - outliers;
+  const double tau = nnz <= kOutliers ? 1.0
+                     : rest > 0.0     ? double(top.v[0]) * double(nnz - kOutliers) / rest
+                                      : 1e300;
+  atomicMax(&spread->tau[side], static_cast<unsigned long long>(__double_as_longlong(tau)));
 }
 
 constexpr int kSplitRows = 32, kSplitK = 128, kSplitThreads = 256;
