@@ -2,6 +2,8 @@
 // (row_stats_kernel), then its scaled integers' residues (split_kernel).
 #include "cuda/ozaki/ozaki_kernels.h"
 
+#include <type_traits>
+
 #include "cuda/common/int_math.h"
 #include "cuda/common/ptx.cuh"
 #include "cuda/launch_util.h"
@@ -9,14 +11,22 @@
 namespace pygpukit::ozaki {
 namespace {
 
-constexpr int kStatsRows = 32, kStatsLanes = 8;  // a block: 32 rows, 8 threads along K per row
+constexpr int kStatsThreads = 256;
 
-// Block of 256 threads: rows r0..r0+31 of batch entry blockIdx.z, thread
-// (r, q) summing k = q, q + 8, ... in double (a float's square cannot
-// overflow or underflow a double). Consecutive threads take consecutive
-// rows, which is coalesced where rows are adjacent (B's columns of a
-// row-major B); where K is (A's rows), the eight threads of a row read
-// eight adjacent values, one 32-byte sector, from L1.
+// Block of 256 threads: kRows rows of batch entry blockIdx.z, kLanes = 256 /
+// kRows threads per row summing k = lane, lane + kLanes, ... in double (a
+// float's square cannot overflow or underflow a double). Rows whose K is
+// contiguous (A's rows, a column-major B's columns) take a warp each, 32
+// adjacent values per load; rows that lie side by side (a row-major B's
+// columns) take 32 per block, consecutive threads on consecutive rows.
+template <bool kContiguousK>
+struct StatsShape {
+  static constexpr int kRows = kContiguousK ? kStatsThreads / 32 : 32;
+  static constexpr int kLanes = kStatsThreads / kRows;
+  __device__ static int row(int t) { return kContiguousK ? t / kLanes : t % kRows; }
+  __device__ static int lane(int t) { return kContiguousK ? t % kLanes : t / kRows; }
+};
+
 // The kOutliers largest magnitudes seen, in descending order.
 constexpr int kOutliers = 8;
 struct Largest {
@@ -29,20 +39,23 @@ struct Largest {
   }
 };
 
-__global__ void __launch_bounds__(kStatsRows * kStatsLanes) row_stats_kernel(
-    const Rows rows, int side, int32_t* exponents, DeviceSpread* spread) {
+template <bool kContiguousK>
+__global__ void __launch_bounds__(kStatsThreads) row_stats_kernel(const Rows rows, int side, int32_t* exponents,
+                                                                  DeviceSpread* spread) {
+  using Shape = StatsShape<kContiguousK>;
+  constexpr int kRows = Shape::kRows, kLanes = Shape::kLanes;
   ptx::programmatic_launch_start();
-  __shared__ double sum1[kStatsLanes][kStatsRows], sum2[kStatsLanes][kStatsRows];
-  __shared__ Largest largest[kStatsLanes][kStatsRows];
-  __shared__ int64_t nonzeros[kStatsLanes][kStatsRows];  // -1: the row holds Inf or NaN
-  const int r = threadIdx.x % kStatsRows, q = threadIdx.x / kStatsRows;
-  const int64_t row = int64_t(blockIdx.x) * kStatsRows + r, b = blockIdx.z;
+  __shared__ double sum1[kLanes][kRows], sum2[kLanes][kRows];
+  __shared__ Largest largest[kLanes][kRows];
+  __shared__ int64_t nonzeros[kLanes][kRows];  // -1: the row holds Inf or NaN
+  const int r = Shape::row(threadIdx.x), q = Shape::lane(threadIdx.x);
+  const int64_t row = int64_t(blockIdx.x) * kRows + r, b = blockIdx.z;
   double s1 = 0.0, s2 = 0.0;
   Largest top;
   int64_t nnz = 0;
   bool bad = false;
   if (row < rows.rows)
-    for (int64_t k = q; k < rows.K; k += kStatsLanes) {
+    for (int64_t k = q; k < rows.K; k += kLanes) {
       const float x = rows.at(b, row, k);
       if (!isfinite(x)) {
         bad = true;
@@ -60,7 +73,7 @@ __global__ void __launch_bounds__(kStatsRows * kStatsLanes) row_stats_kernel(
   nonzeros[q][r] = bad ? -1 : nnz;
   __syncthreads();
   if (q != 0 || row >= rows.rows) return;
-  for (int i = 1; i < kStatsLanes; ++i) {
+  for (int i = 1; i < kLanes; ++i) {
     s1 += sum1[i][r];
     s2 += sum2[i][r];
 #pragma unroll
@@ -145,9 +158,13 @@ __global__ void __launch_bounds__(kSplitThreads) split_kernel(
 
 cudaError_t launch_row_stats(const Rows& rows, int side, int32_t* exponents, DeviceSpread* spread,
                              cudaStream_t stream) {
-  const dim3 grid(unsigned(ceil_div(rows.rows, kStatsRows)), 1, unsigned(rows.batch));
-  return launch_kernel<row_stats_kernel>(grid, dim3(kStatsRows * kStatsLanes), KernelNeeds{}, stream,
-                                         rows, side, exponents, spread);
+  auto launch = [&](auto contiguous) {
+    constexpr bool kContiguousK = decltype(contiguous)::value;
+    const dim3 grid(unsigned(ceil_div(rows.rows, StatsShape<kContiguousK>::kRows)), 1, unsigned(rows.batch));
+    return launch_kernel<row_stats_kernel<kContiguousK>>(grid, dim3(kStatsThreads), KernelNeeds{}, stream, rows,
+                                                         side, exponents, spread);
+  };
+  return rows.stride_k == 1 ? launch(std::true_type{}) : launch(std::false_type{});
 }
 
 static_assert(kMaxRows == int64_t{65535} * kSplitRows, "kMaxRows is the split's grid limit");
