@@ -150,9 +150,10 @@ def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
             (FP32-accurate by the fastest method: on Hopper the Ozaki
             scheme on INT8 tensor cores for large products, else plain
             FP32; error at most cuBLAS FP32's except where both operands
-            hold large outliers: docs/precision.md), ``"ieee"`` (plain
-            FP32, no tensor cores), or ``None`` (default): the default
-            precision (innermost ``default_precision`` block, else
+            hold outliers past 2^22 or in more than 8 channels:
+            docs/precision.md), ``"ieee"`` (plain FP32, no tensor cores),
+            or ``None`` (default): the default precision (innermost
+            ``default_precision`` block, else
             ``PYGPUKIT_PRECISION`` / ``PYGPUKIT_ALLOW_TF32``, else
             ``"tf32"``). On CUDA a few rows of ``a`` with the weight read in
             place run an FP32 GEMV at every precision (docs/precision.md).
