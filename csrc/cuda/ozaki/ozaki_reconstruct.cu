@@ -11,47 +11,37 @@
 namespace pygpukit::ozaki {
 namespace {
 
-using u128 = unsigned __int128;
-
 constexpr int kColumnsPerThread = 4;  // one 4-byte load per plane
 constexpr int kBlockX = 64, kBlockY = 4;
+// Row steps per block: each block builds its y table once for this many
+// steps of kBlockY rows.
+constexpr int kRowSteps = 16;
 
 // y_l = (r W_l^-1) mod p_l in [-128, 127] for each residue r of modulus l,
 // at [l][r + 128]: one shared-memory load per residue instead of a product
 // and a reduction.
 using YTable = int8_t[kMaxModuli][256];
 
-// The exact integer C' from its n residues r_l (int8, modulo p_l), as a
-// double rounded to nearest: C' = sum_l W_l y_l - q P with q = round(sum_l
-// y_l / p_l), exact in float because |C'| < P / 8 keeps the sum at least
-// 3/8 from a half-integer while float's error is below n 2^-24; the sum is
-// taken modulo 2^128, where C' lies.
+// The integer C' from its n residues r_l (int8, modulo p_l), as a double:
+// C' = sum_l W_l y_l - q P with q = round(sum_l y_l / p_l), exact in float
+// because |C'| < P / 8 keeps the sum at least 3/8 from a half-integer while
+// float's error is below n 2^-24. High and low parts are summed apart,
+// each exactly (Crt), and added once: C' rounded to nearest for up to 11
+// moduli.
 __device__ double crt_value(const int (&r)[kMaxModuli], int n, const YTable& y_table, const Crt& crt,
                             const Moduli& moduli) {
-  u128 sum = 0;
+  double high = 0.0, low = 0.0;
   float fraction = 0.0f;
 #pragma unroll
   for (int l = 0; l < kMaxModuli; ++l) {
     if (l >= n) break;
-    const int y = y_table[l][r[l] + 128];
+    const double y = y_table[l][r[l] + 128];
     fraction = fmaf(float(y), float(moduli.p_inv[l]), fraction);
-    sum += u128(__int128(y)) * ((u128(crt.weight_hi[l]) << 64) | crt.weight_lo[l]);
+    high = fma(y, crt.weight_high[l], high);
+    low = fma(y, crt.weight_low[l], low);
   }
-  const int q = __float2int_rn(fraction);
-  sum -= u128(__int128(q)) * ((u128(crt.product_hi) << 64) | crt.product_lo);
-  const bool negative = __int128(sum) < 0;
-  const u128 magnitude = negative ? u128(-__int128(sum)) : sum;
-  const uint64_t hi = uint64_t(magnitude >> 64);
-  double d;
-  if (hi == 0) {
-    d = __ull2double_rn(uint64_t(magnitude));
-  } else {
-    // The top 64 bits with the rest folded into a sticky bit: one rounding.
-    const int shift = __clzll(static_cast<long long>(hi));
-    const u128 top = magnitude << shift;
-    d = ldexp(__ull2double_rn(uint64_t(top >> 64) | uint64_t(uint64_t(top) != 0)), 64 - shift);
-  }
-  return negative ? -d : d;
+  const double q = __float2int_rn(fraction);
+  return fma(-q, crt.product_high, high) + fma(-q, crt.product_low, low);
 }
 
 // The product of a row of A with a column of B when either holds Inf or
@@ -130,7 +120,8 @@ __global__ void __launch_bounds__(kBlockX * kBlockY) reconstruct_kernel(const Re
 
 cudaError_t launch_reconstruct(const Reconstruct& r, cudaStream_t stream) {
   const dim3 grid(unsigned(ceil_div(ceil_div(r.N, kColumnsPerThread), kBlockX)),
-                  unsigned(std::min<int64_t>(ceil_div(r.M, kBlockY), 65535)), unsigned(r.batch));
+                  unsigned(std::min<int64_t>(ceil_div(r.M, int64_t{kBlockY} * kRowSteps), 65535)),
+                  unsigned(r.batch));
   return launch_kernel<reconstruct_kernel>(grid, dim3(kBlockX, kBlockY), KernelNeeds{}, stream, r);
 }
 

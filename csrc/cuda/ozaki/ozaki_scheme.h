@@ -37,11 +37,19 @@ struct Moduli {
   int h[kMaxModuli + 1];              // scaled rows' and columns' norms stay below 2^h
 };
 struct Crt {
-  // W_l = P / p_l as two 64-bit halves, and W_l^-1 mod p_l: for residues
-  // r_l of C', C' = sum_l W_l ((r_l W_l^-1) mod p_l) mod P.
-  uint64_t weight_lo[kMaxModuli], weight_hi[kMaxModuli];
+  // W_l = P / p_l and W_l^-1 mod p_l: for residues r_l of C',
+  // C' = sum_l W_l y_l - q P with y_l = (r_l W_l^-1) mod p_l in [-128, 127]
+  // and q = round(sum_l y_l / p_l). W_l and P are held as high + low
+  // doubles, high a multiple of 2^split with split the least such that
+  // 8 P <= 2^(53 + split): every y_l high_l and q P's high part, and every
+  // partial sum of them (at most 128 sum_l W_l + |q| P <= 8 P in magnitude,
+  // checked below), is then a multiple of 2^split below 2^(53 + split),
+  // exact in double; the low parts (< 2^split) and their sums are exact
+  // where split <= 42 (n <= 11 moduli) and within n 2^(split - 42) of
+  // exact otherwise, far below the truncation's error of about 2^h.
+  double weight_high[kMaxModuli], weight_low[kMaxModuli];
   int weight_inverse[kMaxModuli];
-  uint64_t product_lo, product_hi;  // P
+  double product_high, product_low;  // P
 };
 struct Tables {
   Moduli moduli;
@@ -67,12 +75,15 @@ constexpr Tables make_tables() {
     while (2 * (h + 1) + 3 < 128 && (u128(1) << (2 * (h + 1) + 3)) <= product) ++h;
     t.moduli.h[n] = h;
     Crt& crt = t.crt[n];
-    crt.product_lo = uint64_t(product);
-    crt.product_hi = uint64_t(product >> 64);
+    int split = 0;
+    while (split + 53 < 128 && (u128(1) << (split + 53)) < 8 * product) ++split;
+    const auto high = [split](u128 x) { return (x >> split) << split; };
+    crt.product_high = double(high(product));
+    crt.product_low = double(product - high(product));
     for (int l = 0; l < n; ++l) {
       const u128 weight = product / u128(kModuli[l]);
-      crt.weight_lo[l] = uint64_t(weight);
-      crt.weight_hi[l] = uint64_t(weight >> 64);
+      crt.weight_high[l] = double(high(weight));
+      crt.weight_low[l] = double(weight - high(weight));
       const int w = int(weight % u128(kModuli[l]));
       int inverse = 1;
       while ((w * inverse) % kModuli[l] != 1) ++inverse;
@@ -82,6 +93,15 @@ constexpr Tables make_tables() {
   return t;
 }
 inline constexpr Tables kTables = make_tables();
+
+// The bound Crt relies on: 128 sum_l W_l <= 8 P, that is sum_l 1 / p_l <=
+// 1 / 16, for every count of moduli (the largest count has the largest sum).
+constexpr bool crt_sums_bounded() {
+  double inverse_sum = 0.0;
+  for (int l = 0; l < kMaxModuli; ++l) inverse_sum += 1.0 / kModuli[l];
+  return 128.0 * inverse_sum <= 8.0 * (1.0 - 1e-12);
+}
+static_assert(crt_sums_bounded(), "the CRT's high parts would not be exact in double");
 #if defined(__CUDACC__)
 namespace {
 __constant__ Tables device_tables = make_tables();
