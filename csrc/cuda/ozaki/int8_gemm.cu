@@ -60,7 +60,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
   ptx::programmatic_launch_start();
   const int l = blockIdx.z / p.batch, b = blockIdx.z % p.batch;
-  if (l >= *p.count) return;  // uniform per block, before any barrier is used
+  // Uniform per block, before any barrier is used. A count past n_max: the
+  // reconstruction computes every product from the inputs instead.
+  if (l >= *p.count || *p.count > p.n_max) return;
   __syncthreads();
   constexpr int64_t kGroupM = 8;
   const TileCoord tile = grouped_tile<kGroupM>(int64_t(blockIdx.y) * gridDim.x + blockIdx.x, gridDim.y, gridDim.x);

@@ -51,7 +51,10 @@ inline constexpr int64_t kMaxRows = int64_t{65535} * 32;
 // Residue planes: n_max planes of int8 [batch][rows][ld], plane l holding the
 // rows' scaled integers modulo kModuli[l] (ld a multiple of 16, K <= ld;
 // columns past K are zero). Writes the first n planes, n = moduli_needed
-// of *spread and K (at most n_max), and with `count` non-null stores n there.
+// of *spread and K (at most n_max), and with `count` non-null stores
+// moduli_needed there: more than n_max where the moduli cannot reach FP32's
+// accuracy, and then the GEMM does nothing and the reconstruction computes
+// every product from the inputs.
 cudaError_t launch_split(const Rows& rows, const int32_t* exponents, const DeviceSpread* spread,
                          int n_max, int8_t* residues, int64_t ld, int* count, cudaStream_t stream);
 
@@ -72,7 +75,8 @@ cudaError_t launch_int8_gemm(const Int8Gemm& g, cudaStream_t stream);
 
 // C = epilogue(A' B' scaled back), from C's residue planes (Int8Gemm's c)
 // and the exponents of A's rows and B's columns; products of rows or
-// columns holding Inf or NaN are computed from a and b.
+// columns holding Inf or NaN, and every product where *count > n_max, are
+// computed from a and b.
 struct Reconstruct {
   Rows a, b;  // as given to launch_row_stats
   const int32_t* exponents_a = nullptr;

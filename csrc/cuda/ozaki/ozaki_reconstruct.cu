@@ -60,11 +60,23 @@ __device__ float nonfinite_product(const Rows& a, const Rows& b, int64_t batch, 
   return positive ? INFINITY : -INFINITY;
 }
 
+// The product of a row of A with a column of B summed in double (each
+// float product exact there), rounded once: where the inputs' spread needs
+// more moduli than there are (ozaki_kernels.h), far slower than the scheme
+// but more accurate than FP32.
+__device__ float product_in_double(const Rows& a, const Rows& b, int64_t batch, int64_t row, int64_t col) {
+  const int64_t ba = a.batch > 1 ? batch : 0, bb = b.batch > 1 ? batch : 0;
+  double sum = 0.0;
+  for (int64_t k = 0; k < a.K; ++k) sum = fma(double(a.at(ba, row, k)), double(b.at(bb, col, k)), sum);
+  return __double2float_rn(sum);
+}
+
 // Thread: columns 4x .. 4x + 3 of one row per step of a grid-stride loop
 // over rows, batch entry blockIdx.z.
 __global__ void __launch_bounds__(kBlockX * kBlockY) reconstruct_kernel(const Reconstruct p) {
   ptx::programmatic_launch_start();
-  const int n = *p.count;
+  const bool from_inputs = *p.count > p.n_max;  // the moduli cannot reach FP32's accuracy
+  const int n = min(*p.count, p.n_max);
   const Moduli& moduli = device_tables.moduli;
   const Crt& crt = device_tables.crt[n];
   const int h = moduli.h[n];
@@ -107,6 +119,8 @@ __global__ void __launch_bounds__(kBlockX * kBlockY) reconstruct_kernel(const Re
         value = nonfinite_product(p.a, p.b, b, row, col);
       } else if (ea == kZeroRow || eb[j] == kZeroRow) {
         value = 0.0f;
+      } else if (from_inputs) {
+        value = product_in_double(p.a, p.b, b, row, col);
       } else {
         // C = C' 2^(-mu - nu), mu = h - ea, nu = h - eb.
         value = __double2float_rn(ldexp(crt_value(r[j], n, y_table, crt, moduli), ea + eb[j] - 2 * h));

@@ -122,9 +122,10 @@ __global__ void __launch_bounds__(kSplitThreads) split_kernel(
     tile[r][k] = inside ? rows.at(b, r0 + r, k0 + k) : 0.0f;
   }
   const Moduli& moduli = device_tables.moduli;
-  const int n = min(moduli_needed(moduli, spread->read(), rows.K), n_max);
+  const int needed = moduli_needed(moduli, spread->read(), rows.K);
+  const int n = min(needed, n_max);
   if (count != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0)
-    *count = n;
+    *count = needed;
   __syncthreads();
   const int r = threadIdx.x / (kSplitK / kSplitChunk), c = threadIdx.x % (kSplitK / kSplitChunk);
   const int64_t row = r0 + r, k = k0 + c * kSplitChunk;
