@@ -54,8 +54,10 @@ def test_report_renders_the_results_files(tmp_path):
             assert set(header) == {"gpu", "date", "commit", "torch", "cuda"}
             heading = f"### {section['benchmark']} · {report.header_line(header)}"
             assert heading in text
-            # The table follows its heading: a line per row (host: per call, a column per shape).
-            table = text.split(heading, 1)[1].split("\n### ", 1)[0]
+            # The table follows its heading and command (two runs of one
+            # benchmark may share a date and commit): a line per row (host:
+            # per call, a column per shape).
+            table = text.split(f"{heading}\n\n`python -m benchmarks {section['command']}`", 1)[1].split("\n### ", 1)[0]
             lines = [line for line in table.splitlines() if line.startswith("| ")]
             rows = {r["call"] for r in section["rows"]} if section["benchmark"] == "host" else section["rows"]
             assert len(lines) == 1 + len(rows) + (1 + len(section["block_rows"]) if "block_rows" in section else 0)
@@ -176,9 +178,8 @@ def test_accuracy_status_names_the_cases_above_cublas(tmp_path):
     report.save_section(tmp_path / "h100.json", {"benchmark": "accuracy", "command": "accuracy", "header": header,
                                                  "rows": [row("easy", 5e-8), row("subnormal", 3e-3)]})
     assert status.status_rows(tmp_path) == [
-        ('`precision="tf32x3"` on the accuracy suite',
-         "error at most cuBLAS FP32's (norm-wise and worst element) on 1 of 2 cases; above it on: subnormal",
-         "H100, 2026-12-07")]
+        ("error at most cuBLAS FP32's, norm-wise and in the worst element, on the accuracy suite's cases",
+         "`tf32x3` 1 of 2 (not: subnormal)", "H100, 2026-12-07")]
     text = "\n".join(report.render_section(json.loads((tmp_path / "h100.json").read_text())["sections"][0]))
     assert "| subnormal | 8×8×8 | 1.0e-07 / 1.0e-08 | 3.0e-03 / 1.0e-09 | **no** | cuBLAS yes, tf32x3 yes | k |" in text
 

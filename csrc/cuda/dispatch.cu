@@ -1058,9 +1058,10 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
 // its fixed costs (six launches, the passes over A, B and C's residues) are
 // paid back, or where it is forced ("ozaki"); otherwise plain FP32 ("ieee").
 // 3xTF32 is not a fallback: it loses to FP32 on wide exponent ranges,
-// dominant entries and subnormals (docs/precision.md). H100, 2026-12-07,
-// TFLOP/s, Ozaki / the FMA kernel: 1024^3 16.1 / 28.2, 2048^3 37.9 / 35.5,
-// 4096^3 73.5 / 36.9; M = 128, N = K = 4096: 11.1 / 24.5.
+// dominant entries and subnormals (docs/precision.md). H100, TFLOP/s,
+// Ozaki / the FMA kernel: 1024^3 9.8 / 28.4, 2048^3 35.8 / 35.9 (a tie,
+// at a twentieth of the error), 4096^3 77.2 / 37.3 (2026-12-08); M = 128,
+// N = K = 4096: 11.1 / 24.5 (2026-12-07).
 constexpr double kOzakiMinMacs = 8589934592.0;  // 2048^3
 constexpr int64_t kOzakiMinSide = 1024;
 bool runs_ozaki(const GemmProblem& p) {
