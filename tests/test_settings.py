@@ -2,6 +2,7 @@
 variables) under threads, torch.compile in each mode, CUDA graphs and
 export; and many threads making their first calls at once."""
 
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -276,21 +277,40 @@ def test_a_cuda_graph_captured_by_hand_replays_what_it_recorded():
 
 FAMILIES = ["decode", "auto", "wgmma", "wgmma_swap_ab", "mma_sync", "mma_sync_large", "mma_sync_medium",
             "mma_sync_small", "mma_sync_compact", "skinny", "gemv", "fma"]
+# Fresh processes running at once: most of a case's time is the interpreter
+# and CUDA starting, so the cases overlap; each process holds its own context.
+FIRST_USE_PROCESSES = 4
+
+
+def run_first_use(family: str, streams: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, os.path.join(HERE, "first_use_threads.py"), family, streams],
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
+@pytest.fixture(scope="module")
+def first_use_runs(request):
+    """The selected cases of test_many_threads_on_first_use, started
+    together when the first one runs: {(family, streams): future}."""
+    cases = [(item.callspec.params["family"], item.callspec.params["streams"]) for item in request.session.items
+             if getattr(item, "originalname", None) == "test_many_threads_on_first_use"]
+    pool = concurrent.futures.ThreadPoolExecutor(FIRST_USE_PROCESSES)
+    yield {case: pool.submit(run_first_use, *case) for case in cases}
+    pool.shutdown(cancel_futures=True)
 
 
 @requires_cuda
 @pytest.mark.parametrize("streams", ["own", "default"])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_many_threads_on_first_use(family, streams):
+def test_many_threads_on_first_use(family, streams, first_use_runs):
     """A fresh process per kernel family (nothing set up yet), one thread
     per problem released together, each on a stream of its own or all on
     the default stream: no call fails, and every result is bitwise equal
     to the same call made alone. Threads that made no CUDA runtime call
     yet have no current context, which the driver call encoding the Hopper
     path's tensor maps needs (csrc/cuda/hopper/tensor_map.cu)."""
-    result = subprocess.run([sys.executable, os.path.join(HERE, "first_use_threads.py"), family, streams],
-                            capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    run = first_use_runs.get((family, streams))
+    result = run.result() if run is not None else run_first_use(family, streams)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.splitlines()[-1])
     assert not report["errors"] and not report["mismatches"], report
