@@ -149,9 +149,8 @@ def matmul_tf32(a: torch.Tensor, b: torch.Tensor, *, precision: Optional[str] = 
             ~4e-7, below cuBLAS FP32's at large K), ``"fp32"``
             (FP32-accurate by the fastest method: on Hopper the Ozaki
             scheme on INT8 tensor cores for large products, else plain
-            FP32; error at most cuBLAS FP32's except where both operands
-            hold outliers past 2^22 or in more than 8 channels:
-            docs/precision.md), ``"ieee"`` (plain FP32, no tensor cores),
+            FP32; error about FP32's or below, with the known exceptions
+            in docs/precision.md), ``"ieee"`` (plain FP32, no tensor cores),
             or ``None`` (default): the default precision (innermost
             ``default_precision`` block, else
             ``PYGPUKIT_PRECISION`` / ``PYGPUKIT_ALLOW_TF32``, else

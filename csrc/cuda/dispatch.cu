@@ -1060,8 +1060,8 @@ std::string describe_chosen(const GemmProblem& p, Precision precision) {
 // 3xTF32 is not a fallback: it loses to FP32 on wide exponent ranges,
 // dominant entries and subnormals (docs/precision.md). H100, TFLOP/s,
 // Ozaki / the FMA kernel: 1024^3 9.8 / 28.4, 2048^3 35.8 / 35.9 (a tie,
-// at a twentieth of the error), 4096^3 77.2 / 37.3 (2026-12-08); M = 128,
-// N = K = 4096: 11.1 / 24.5 (2026-12-07).
+// at a twentieth of the error), 4096^3 77.2 / 37.3 (2026-12-08, one run,
+// Ozaki forced); M = 128, N = K = 4096: 11.1 / 24.5 (2026-12-07).
 constexpr double kOzakiMinMacs = 8589934592.0;  // 2048^3
 constexpr int64_t kOzakiMinSide = 1024;
 bool runs_ozaki(const GemmProblem& p) {
