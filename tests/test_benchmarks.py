@@ -195,3 +195,23 @@ def test_scope_status_row(tmp_path):
     assert status.status_rows(tmp_path) == [
         ("Llama block, unchanged inside `enable()`",
          "1×128 tokens 1.10×, 4×2048 tokens 1.02× torch TF32 (7 products per forward on pygpukit)", "H200, 2026-12-08")]
+
+
+def test_fp32_accurate_speed_status_rows(tmp_path):
+    from benchmarks import status
+    header = {"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-12-08", "commit": None, "torch": "2", "cuda": "13"}
+
+    def row(kind, m, n, k, tf32x3, fp32):
+        return {"kind": kind, "M": m, "N": n, "K": k, "layout": "nn", "kernel": "k",
+                "tflops": {"pygpukit tf32": 350.0, "cuBLAS tf32": 350.0, "cuBLAS fp32": 50.0,
+                           "pygpukit tf32x3": tf32x3, "pygpukit fp32": fp32}}
+    rows = [row("square", 4096, 4096, 4096, 85.0, 75.0), row("square", 8192, 8192, 8192, 90.0, 100.0),
+            row("square", 16384, 16384, 16384, 60.0, 120.0), row("llm", 8192, 4096, 14336, 88.0, 105.0),
+            row("decode", 16, 4096, 4096, 15.0, 10.0)]
+    report.save_section(tmp_path / "h100.json", {"benchmark": "matmul", "command": "matmul --tf32x3 --fp32",
+                                                 "header": header, "rows": rows})
+    found = {case: text for case, text, _ in status.status_rows(tmp_path)}
+    assert found["3xTF32 (`precision=\"tf32x3\"`): docs/precision.md"] == (
+        "1.70–1.80× cuBLAS FP32 from 4096³ to 8192³ and on the LLM shapes (16384³: 1.20×)")
+    assert found["FP32-accurate (`precision=\"fp32\"`, Ozaki scheme on Hopper)"] == (
+        "1.50–2.10× cuBLAS FP32 from 4096³ to 8192³ and on the LLM shapes (16384³: 2.40×)")
