@@ -291,8 +291,10 @@ def run_first_use(family: str, streams: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def first_use_runs(request):
     """The selected cases of test_many_threads_on_first_use, started
-    together when the first one runs: {(family, streams): future}."""
-    cases = [(item.callspec.params["family"], item.callspec.params["streams"]) for item in request.session.items
+    together when the first one runs: {(family, streams): future}. The
+    root of the collection tree holds the items selected to run."""
+    selected = request.node.listchain()[0].items
+    cases = [(item.callspec.params["family"], item.callspec.params["streams"]) for item in selected
              if getattr(item, "originalname", None) == "test_many_threads_on_first_use"]
     pool = concurrent.futures.ThreadPoolExecutor(FIRST_USE_PROCESSES)
     yield {case: pool.submit(run_first_use, *case) for case in cases}
