@@ -311,8 +311,7 @@ def test_many_threads_on_first_use(family, streams, first_use_runs):
     to the same call made alone. Threads that made no CUDA runtime call
     yet have no current context, which the driver call encoding the Hopper
     path's tensor maps needs (csrc/cuda/hopper/tensor_map.cu)."""
-    run = first_use_runs.get((family, streams))
-    result = run.result() if run is not None else run_first_use(family, streams)
+    result = first_use_runs[(family, streams)].result()
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.splitlines()[-1])
     assert not report["errors"] and not report["mismatches"], report
