@@ -1,7 +1,7 @@
 // The portable TF32 tensor-core GEMM: mma.sync.m16n8k8 fed by a multi-stage
 // cp.async pipeline (sm_80 and newer). One template serves every tile
 // configuration (MmaSyncConfig), operand layout and load width; see
-// docs/tf32_tensorcore_design.md for the fragment layouts and tiling.
+// docs/design.md for the fragment layouts and tiling.
 #pragma once
 
 #include <cstdint>
