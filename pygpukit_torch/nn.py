@@ -331,9 +331,9 @@ def _has_hooks(module: nn.Module) -> bool:
 
 
 # Activation modules that linear_tf32's epilogue computes identically; one
-# with hooks is not (fusing would drop them).
+# with hooks or a forward set on the instance is not (fusing would drop them).
 def _fusable_activation(module: Optional[nn.Module]) -> Optional[str]:
-    if module is None or _has_hooks(module):
+    if module is None or _has_hooks(module) or "forward" in vars(module):
         return None
     if type(module) is nn.ReLU:
         return "relu"

@@ -14,7 +14,6 @@ docs/linear_layers.md ("Every float32 product of the process").
 
 from __future__ import annotations
 
-import math
 import threading
 import warnings
 from typing import Callable, Optional, Sequence
@@ -24,7 +23,7 @@ import torch
 from . import _C
 from ._settings import context_innermost
 from .ops import PRECISIONS, _check_precision_is_str, _printable, linear_tf32, matmul_tf32
-from .scope import (ScopeStats, _device_types, _scaled_sum, _unbroadcast_input, _unmatched_product,
+from .scope import (ScopeStats, _device_types, _real, _scaled_sum, _unbroadcast_input, _unmatched_product,
                     _unsupported_operands)
 
 # The dispatch key that holds a device type's dense kernels: the level the
@@ -59,13 +58,6 @@ _TORCH = {
     "addmm_": _in_place("addmm"),
     "baddbmm_": _in_place("baddbmm"),
 }
-
-
-def _real(x) -> Optional[float]:
-    """A Scalar argument as a finite float, or None (complex, inf, NaN: torch's own rules apply)."""
-    if isinstance(x, (bool, int, float)) and math.isfinite(float(x)):
-        return float(x)
-    return None
 
 
 class _Router:

@@ -1,7 +1,7 @@
 """A scope that routes a model's float32 matrix products to pygpukit's ops
 without touching the model: ``with pygpukit_torch.enable():``.
 
-Inside the block, calls of ``torch.matmul`` / ``@``, ``torch.mm``,
+Inside the block, calls of ``torch.matmul`` / ``@`` / ``torch.linalg.matmul``, ``torch.mm``,
 ``torch.bmm``, ``torch.addmm``, ``torch.baddbmm`` (and their Tensor methods),
 two-operand ``torch.einsum`` and ``torch.nn.functional.linear`` (so
 ``nn.Linear`` too) whose operands
@@ -30,8 +30,8 @@ from ._settings import context_innermost
 from .ops import linear_tf32, matmul_tf32
 from .precision import default_precision
 
-_MATMULS = (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.mm, torch.Tensor.mm, torch.bmm,
-            torch.Tensor.bmm)
+_MATMULS = (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.linalg.matmul, torch.mm,
+            torch.Tensor.mm, torch.bmm, torch.Tensor.bmm)
 _ADDMMS = (torch.addmm, torch.Tensor.addmm, torch.baddbmm, torch.Tensor.baddbmm)
 _ROUTED = frozenset(_MATMULS + _ADDMMS + (F.linear, torch.einsum))
 _EINSUM_CHARS = frozenset(string.ascii_letters + ".,-> ")
@@ -69,6 +69,14 @@ def _unbroadcast_input(kind: str, input: torch.Tensor, a: torch.Tensor, b: torch
     except RuntimeError:
         pass
     return f"an {kind} input that does not broadcast to the product"
+
+
+def _real(x) -> Optional[float]:
+    """A Scalar argument as a finite float, or None (complex, inf, NaN, a
+    tensor: torch's own rules apply)."""
+    if isinstance(x, (bool, int, float)) and math.isfinite(float(x)):
+        return float(x)
+    return None
 
 
 def _scaled_sum(input: torch.Tensor, product: torch.Tensor, beta, alpha) -> torch.Tensor:
@@ -249,11 +257,14 @@ class _RouteMatmuls(TorchFunctionMode):
         why = "out= given" if out is not None else self._check(input, m1, m2)
         dims = 2 if kind == "addmm" else 3
         why = why or _unmatched_product(kind, m1, m2, dims) or _unbroadcast_input(kind, input, m1, m2, dims)
-        if why is None and (alpha == 0 or (beta == 0 and input.requires_grad)):
+        real_beta, real_alpha = _real(beta), _real(alpha)
+        if why is None and (real_beta is None or real_alpha is None):
+            why = f"{kind} with alpha or beta not a finite real number"
+        if why is None and (real_alpha == 0 or (real_beta == 0 and input.requires_grad)):
             why = f"{kind} with alpha = 0, or beta = 0 on an input that needs a gradient"
         if why is not None:
             return why
-        return _scaled_sum(input, matmul_tf32(m1, m2, precision=_innermost_precision()), beta, alpha)
+        return _scaled_sum(input, matmul_tf32(m1, m2, precision=_innermost_precision()), real_beta, real_alpha)
 
     def _einsum(self, kind, equation, *operands):
         # torch.einsum hands the mode (equation, *operands), or (equation,

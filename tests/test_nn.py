@@ -682,6 +682,16 @@ def test_activation_with_hooks_is_not_fused():
         assert float(model(torch.randn(3, 200)).abs().max()) == 0.0
 
 
+def test_activation_with_a_forward_set_on_the_instance_is_not_fused():
+    model = nn.Sequential(nn.Linear(200, 200), nn.GELU())
+    model[1].forward = lambda x: x * 3
+    swap_linear_(model, policy=None, activation_fusion=True)
+    assert model.pygpukit_swap_report.fused == [] and isinstance(model[1], nn.GELU)
+    x = torch.randn(3, 200)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), model[0](x) * 3)
+
+
 def test_tf32linear_rejects_other_dtypes_and_swap_names_itself_in_errors():
     with pytest.raises(ValueError, match="must be float32.*float64"):
         TF32Linear(5, 3, dtype=torch.float64)

@@ -265,6 +265,38 @@ def test_addmm_alpha_beta_edge_cases_follow_torch():
     assert stats.taken == 1
 
 
+@pytest.mark.parametrize("scalars", [{"beta": True}, {"alpha": False}, {"alpha": 1j}, {"alpha": float("inf")},
+                                     {"beta": float("nan")}, {"alpha": 2, "beta": 0.5}])
+def test_addmm_scalars_are_taken_as_torch_takes_them(scalars):
+    # Booleans count as 1 and 0; complex and non-finite scalars are left to
+    # torch, whose own rules (an error, NaN) then apply.
+    inp, a, b = torch.randn(3, 5), torch.randn(3, 4), torch.randn(4, 5)
+    try:
+        expected = torch.addmm(inp, a, b, **scalars)
+    except RuntimeError as e:
+        with pygpukit_torch.enable(devices=("cpu",)), pytest.raises(RuntimeError, match=str(e)[:30]):
+            torch.addmm(inp, a, b, **scalars)
+        return
+    with pygpukit_torch.enable(devices=("cpu",)) as stats:
+        out = torch.addmm(inp, a, b, **scalars)
+    assert out.dtype == expected.dtype
+    torch.testing.assert_close(out, expected, rtol=3e-3, atol=3e-3, equal_nan=True)
+    finite = all(isinstance(v, (bool, int, float)) and v == v and abs(v) != float("inf") for v in scalars.values())
+    assert stats.taken == (1 if finite and scalars.get("alpha", 1) != 0 else 0), stats.summary()
+
+
+def test_linalg_matmul_is_routed_and_multihead_attention_is_left_to_torch():
+    a, b = torch.randn(4, 8), torch.randn(8, 3)
+    mha = torch.nn.MultiheadAttention(16, 2, batch_first=True)
+    q = torch.randn(2, 5, 16)
+    with pygpukit_torch.enable(devices=("cpu",)) as stats:
+        out = torch.linalg.matmul(a, b)
+        assert stats.taken == 1
+        mha(q, q, q, need_weights=False)
+    assert stats.taken == 1  # as documented: its products run inside one call, on torch
+    torch.testing.assert_close(out, pygpukit_torch.matmul_tf32(a, b), rtol=0, atol=0)
+
+
 def test_a_precision_block_inside_the_scope_reaches_backward():
     """default_precision nested inside enable: the routed call records the
     block's precision, so its backward (run after both closed) uses it."""
